@@ -1,0 +1,134 @@
+// Kernel variants: compiled implementations with declared tunable parameters, as
+// data (STYLE H1-H3). The runtime and the tuner share these: the tuner measures
+// exactly the code the runtime dispatches to.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "cliffguard/device.h"
+#include "cliffguard/op_key.h"
+#include "cliffguard/status.h"
+
+namespace cliffguard {
+
+inline constexpr int kMaxParams = 10;
+
+// One tunable parameter: its name, allowed values (strictly ascending) and the
+// value used when a schedule does not set it.
+struct ParamSpec {
+  const char* name;
+  std::span<const int32_t> values;
+  int32_t default_value;
+  const char* help;  // one line: what the parameter means and its unit
+};
+
+// Parameter values, indexed like KernelVariant::params; unused slots are zero.
+using ParamValues = std::array<int32_t, kMaxParams>;
+
+// One GEMM call: C = alpha * op(A) * op(B) + beta * C, all row-major.
+// op(A) is m x k: A is m x k with lda >= k, or (trans_a) k x m with lda >= m.
+// op(B) is k x n: B is k x n with ldb >= n, or (trans_b) n x k with ldb >= k.
+// C is m x n with ldc >= n. When beta == 0, C is not read (NaNs in C are ignored).
+// Pointers are host memory on the cpu backend and device memory on cuda.
+struct GemmArgs {
+  DType dtype = DType::kF32;
+  bool trans_a = false;
+  bool trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  float alpha = 1.0f;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  float beta = 0.0f;
+  void* c = nullptr;
+  int64_t ldc = 0;
+  void* stream = nullptr;  // cudaStream_t on the cuda backend; ignored on cpu
+};
+
+// Checks dims >= 1, leading dimensions, non-null pointers. Names the value and rule.
+Status ValidateGemmArgs(const GemmArgs& args);
+inline OpKey GemmKeyOf(const GemmArgs& a) { return OpKey::Gemm(a.m, a.n, a.k, a.trans_a, a.trans_b, a.dtype); }
+
+struct KernelVariant;
+
+// Runs one GEMM with the given parameter values. Arguments and parameters have been
+// validated (ValidateGemmArgs, CheckSchedule); the function does no allocation after
+// its first call on a thread with a given workspace size.
+using GemmFn = Status (*)(const KernelVariant& self, const GemmArgs& args, const ParamValues& params);
+
+struct KernelVariant {
+  const char* name;  // e.g. "cpu_f32_gemm_16x32__avx512"; the one name used everywhere
+  Backend backend;
+  OpKind op;
+  DType dtype;
+  uint32_t isa;  // required IsaBits (cpu); 0 on cuda
+  int mr, nr;    // register tile of a gemm micro-kernel
+  std::span<const ParamSpec> params;
+  // Declines shapes or hosts this variant cannot run (beyond backend/op/dtype/isa,
+  // which VariantSupports checks). nullptr: no extra rule.
+  Status (*supports)(const KernelVariant& self, const OpKey& key, const DeviceInfo& device);
+  // Constraints between parameters, shape and device (e.g. mc % mr == 0,
+  // threads <= device.threads). Values are already known to be in their lists.
+  // nullptr: no extra rule.
+  Status (*check)(const KernelVariant& self, const OpKey& key, const ParamValues& params,
+                  const DeviceInfo& device);
+  // Adjusts the declared defaults so that check() accepts them for this key and
+  // device (e.g. threads = device.threads). nullptr: declared defaults as they are.
+  void (*fit_defaults)(const KernelVariant& self, const OpKey& key, const DeviceInfo& device,
+                       ParamValues& params);
+  GemmFn gemm;
+
+  int ParamIndex(std::string_view param_name) const;  // -1 when absent
+};
+
+// Every kernel variant compiled into this build, in dispatch preference order
+// (fastest ISA first, the portable reference last). Built without static
+// constructors; safe to call from any thread.
+std::span<const KernelVariant> AllKernelVariants();
+const KernelVariant* FindKernelVariant(std::string_view name);
+
+// Backend/op/dtype/ISA match and the variant's own supports().
+Status VariantSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
+
+// A kernel variant plus values for its parameters.
+struct Schedule {
+  const KernelVariant* variant = nullptr;
+  ParamValues params{};
+
+  // "cpu_f32_gemm_16x32__avx512 mc=128 kc=256 nc=2048 ..."
+  std::string ToString() const;
+  // (name, value) pairs in declaration order.
+  std::vector<std::pair<std::string, int64_t>> Named() const;
+  // Resolves names: unknown variant -> kNotFound; unknown parameter name ->
+  // kInvalidArgument; a value outside the declared list -> kOutOfRange; missing
+  // parameters take their default.
+  static StatusOr<Schedule> FromNamed(std::string_view variant,
+                                      const std::vector<std::pair<std::string, int64_t>>& params);
+  friend bool operator==(const Schedule& a, const Schedule& b) {
+    return a.variant == b.variant && a.params == b.params;
+  }
+};
+
+// Every value in its list, VariantSupports, then the variant's check().
+Status CheckSchedule(const Schedule& s, const OpKey& key, const DeviceInfo& device);
+
+// The variant's declared defaults, adjusted to satisfy its check() for this key and
+// device (e.g. threads = device.threads, blocks clipped to the shape).
+Schedule VariantDefaultSchedule(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
+
+// The built-in global default for a key: the first variant in AllKernelVariants()
+// that supports it, with VariantDefaultSchedule. Always resolves for a valid key on
+// its backend (the portable reference goes last).
+StatusOr<Schedule> DefaultSchedule(const OpKey& key, const DeviceInfo& device);
+
+// Runs a schedule (the caller has checked it with CheckSchedule for args' key).
+inline Status RunGemm(const Schedule& s, const GemmArgs& args) { return s.variant->gemm(*s.variant, args, s.params); }
+
+}  // namespace cliffguard

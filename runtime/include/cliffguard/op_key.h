@@ -1,0 +1,92 @@
+// Op keys: the canonical, hashable, printable identity of one operator call shape.
+//   gemm f32 nn m=128 n=3072 k=768
+//   conv2d f32 nhwc n=1 h=56 w=56 ic=64 oc=64 kh=3 kw=3 sh=1 sw=1 ph=1 pw=1
+// Two calls with equal keys may use the same tuned schedule.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "cliffguard/status.h"
+
+namespace cliffguard {
+
+enum class OpKind : uint8_t { kGemm = 0, kConv2d = 1 };
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+const char* OpKindName(OpKind op);     // "gemm", "conv2d"
+const char* DTypeName(DType dtype);    // "f32", "f16", "bf16"
+StatusOr<OpKind> ParseOpKind(std::string_view s);
+StatusOr<DType> ParseDType(std::string_view s);
+size_t DTypeSize(DType dtype);
+
+// Dimensions are held in `dims`; which slot means what depends on `op`:
+//   gemm:   m, n, k
+//   conv2d: n, h, w, ic, oc, kh, kw, stride_h, stride_w, pad_h, pad_w
+// Unused slots are zero, so equal shapes compare and hash equal.
+struct OpKey {
+  static constexpr int kMaxDims = 11;
+  OpKind op = OpKind::kGemm;
+  DType dtype = DType::kF32;
+  bool trans_a = false;  // gemm: A is stored k x m (row-major), i.e. op(A) = A^T
+  bool trans_b = false;  // gemm: B is stored n x k
+  std::array<int64_t, kMaxDims> dims{};
+
+  static OpKey Gemm(int64_t m, int64_t n, int64_t k, bool trans_a = false, bool trans_b = false,
+                    DType dtype = DType::kF32);
+  static OpKey Conv2d(int64_t n, int64_t h, int64_t w, int64_t ic, int64_t oc, int64_t kh,
+                      int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_h,
+                      int64_t pad_w, DType dtype = DType::kF32);
+
+  int64_t m() const { return dims[0]; }
+  int64_t n() const { return dims[1]; }
+  int64_t k() const { return dims[2]; }
+  // Number of meaningful dims for this op (3 for gemm, 11 for conv2d).
+  int num_dims() const;
+  // Floating-point operations of one call (2*m*n*k for gemm).
+  double Flops() const;
+
+  // Checks that every dimension is in range for its op (>= 1; strides >= 1,
+  // pads >= 0; products fit in int64). Names the dimension and the rule.
+  Status Validate() const;
+
+  // Canonical text form (see the file comment). Parse(ToString()) == *this.
+  std::string ToString() const;
+  static StatusOr<OpKey> Parse(std::string_view text);
+
+  // 64-bit hash of the canonical fields; equal keys hash equal. Cheap (a few ns):
+  // computed once per call on the dispatch path.
+  uint64_t Hash() const;
+
+  friend bool operator==(const OpKey& a, const OpKey& b) {
+    return a.op == b.op && a.dtype == b.dtype && a.trans_a == b.trans_a &&
+           a.trans_b == b.trans_b && a.dims == b.dims;
+  }
+  friend bool operator!=(const OpKey& a, const OpKey& b) { return !(a == b); }
+};
+
+struct OpKeyHash {
+  size_t operator()(const OpKey& k) const { return static_cast<size_t>(k.Hash()); }
+};
+
+inline uint64_t MixHash64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+
+inline uint64_t OpKey::Hash() const {
+  uint64_t h = (static_cast<uint64_t>(op) << 24) | (static_cast<uint64_t>(dtype) << 16) |
+               (static_cast<uint64_t>(trans_a) << 8) | static_cast<uint64_t>(trans_b);
+  h = MixHash64(h ^ 0x9e3779b97f4a7c15ULL);
+  const int nd = op == OpKind::kGemm ? 3 : kMaxDims;
+  for (int i = 0; i < nd; ++i) h = MixHash64(h ^ (static_cast<uint64_t>(dims[i]) + 0x9e3779b97f4a7c15ULL * (i + 1)));
+  return h;
+}
+
+}  // namespace cliffguard

@@ -1,0 +1,15 @@
+// The CPU kernel inventory (internal). Rows come from gemm_f32.inc (STYLE H1).
+#pragma once
+
+#include <span>
+
+#include "cliffguard/kernel.h"
+
+namespace cliffguard::cpu {
+
+// Every CPU kernel variant compiled into this build, fastest ISA first, the
+// portable variant last. Variants the host cannot run are listed too; they decline
+// through VariantSupports (ISA check) and are never executed.
+std::span<const KernelVariant> CpuKernelVariants();
+
+}  // namespace cliffguard::cpu

@@ -1,0 +1,163 @@
+#include <cpuid.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "cliffguard/device.h"
+#include "cliffguard/op_key.h"
+
+namespace cliffguard {
+namespace {
+
+struct CpuProbe {
+  std::string vendor, brand;
+  int family = 0, model = 0;
+  uint32_t isa = kIsaScalar;
+  int64_t l1d = 0, l2 = 0, l3 = 0;
+};
+
+uint64_t Xgetbv0() {
+  uint32_t eax, edx;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (uint64_t{edx} << 32) | eax;
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\0')) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && s[i] == ' ') ++i;
+  return s.substr(i);
+}
+
+// Deterministic cache parameters from cpuid leaf 4 (Intel) or 0x8000001D (AMD).
+void ProbeCaches(CpuProbe& p, uint32_t leaf) {
+  for (uint32_t sub = 0; sub < 16; ++sub) {
+    unsigned a, b, c, d;
+    __cpuid_count(leaf, sub, a, b, c, d);
+    const unsigned type = a & 0x1f;
+    if (type == 0) break;
+    const unsigned level = (a >> 5) & 0x7;
+    const int64_t ways = ((b >> 22) & 0x3ff) + 1, parts = ((b >> 12) & 0x3ff) + 1, line = (b & 0xfff) + 1,
+                  sets = int64_t{c} + 1;
+    const int64_t bytes = ways * parts * line * sets;
+    if (level == 1 && (type == 1 || type == 3)) p.l1d = bytes;
+    if (level == 2) p.l2 = bytes;
+    if (level == 3) p.l3 = bytes;
+  }
+}
+
+CpuProbe ProbeOnce() {
+  CpuProbe p;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return p;
+  const unsigned max_leaf = a;
+  char vendor[13] = {};
+  std::memcpy(vendor, &b, 4);
+  std::memcpy(vendor + 4, &d, 4);
+  std::memcpy(vendor + 8, &c, 4);
+  p.vendor = vendor;
+
+  __cpuid(1, a, b, c, d);
+  const int base_family = (a >> 8) & 0xf, base_model = (a >> 4) & 0xf;
+  p.family = base_family == 0xf ? base_family + int((a >> 20) & 0xff) : base_family;
+  p.model = (base_family == 0x6 || base_family == 0xf) ? (int((a >> 16) & 0xf) << 4) + base_model : base_model;
+  const bool osxsave = c & bit_OSXSAVE, avx = c & bit_AVX, fma = c & bit_FMA;
+  const uint64_t xcr0 = osxsave ? Xgetbv0() : 0;
+  const bool ymm_os = (xcr0 & 0x6) == 0x6, zmm_os = (xcr0 & 0xe6) == 0xe6;
+  if (max_leaf >= 7) {
+    unsigned a7, b7, c7, d7;
+    __cpuid_count(7, 0, a7, b7, c7, d7);
+    const bool avx2 = b7 & bit_AVX2;
+    const bool avx512 = (b7 & bit_AVX512F) && (b7 & bit_AVX512BW) && (b7 & bit_AVX512DQ) && (b7 & bit_AVX512VL);
+    if (avx && avx2 && fma && ymm_os) p.isa |= kIsaAvx2;
+    if ((p.isa & kIsaAvx2) && avx512 && zmm_os) p.isa |= kIsaAvx512;
+  }
+
+  unsigned ext_max = __get_cpuid_max(0x80000000, nullptr);
+  if (ext_max >= 0x80000004) {
+    unsigned regs[12];
+    for (unsigned i = 0; i < 3; ++i)
+      __cpuid(0x80000002 + i, regs[4 * i], regs[4 * i + 1], regs[4 * i + 2], regs[4 * i + 3]);
+    char brand[49] = {};
+    std::memcpy(brand, regs, 48);
+    p.brand = Trim(brand);
+  }
+  if (p.vendor == "AuthenticAMD" && ext_max >= 0x8000001D) {
+    ProbeCaches(p, 0x8000001D);
+  } else if (max_leaf >= 4) {
+    ProbeCaches(p, 4);
+  }
+  if (p.l1d == 0) p.l1d = 32 << 10;
+  if (p.l2 == 0) p.l2 = 1 << 20;
+  return p;
+}
+
+const CpuProbe& Probe() {
+  static const CpuProbe probe = ProbeOnce();  // thread-safe init-once (STYLE H5)
+  return probe;
+}
+
+}  // namespace
+
+const char* BackendName(Backend b) { return b == Backend::kCuda ? "cuda" : "cpu"; }
+
+const char* IsaLevelName(uint32_t mask) {
+  if (mask & kIsaAvx512) return "avx512";
+  if (mask & kIsaAvx2) return "avx2";
+  return "scalar";
+}
+
+int DefaultThreadBudget() {
+  if (const char* env = std::getenv("CLIFFGUARD_THREADS")) {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && v >= 1 && v <= 1024) return static_cast<int>(v);
+  }
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  const unsigned hc = std::thread::hardware_concurrency();
+  return hc ? static_cast<int>(hc) : 1;
+}
+
+void FinalizeDeviceInfo(DeviceInfo& d) {
+  if (d.backend == Backend::kCpu) {
+    d.properties = {{"family", d.family}, {"model", d.model},       {"isa", d.isa},
+                    {"threads", d.threads}, {"l1d_bytes", d.l1d_bytes}, {"l2_bytes", d.l2_bytes},
+                    {"l3_bytes", d.l3_bytes}};
+  }
+  std::string basis = fmt::format("{}|{}|{}|{}", BackendName(d.backend), d.vendor, d.name, d.arch);
+  for (const auto& [k, v] : d.properties) basis += fmt::format("|{}={}", k, v);
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a, then mixed: stable across builds and hosts
+  for (unsigned char ch : basis) h = (h ^ ch) * 0x100000001b3ULL;
+  d.fingerprint = fmt::format("{}-{}-t{}-{:016x}", BackendName(d.backend), d.arch, d.threads, MixHash64(h));
+}
+
+DeviceInfo HostCpuDevice(int threads) {
+  const CpuProbe& p = Probe();
+  DeviceInfo d;
+  d.backend = Backend::kCpu;
+  d.name = p.brand.empty() ? "unknown x86-64" : p.brand;
+  d.vendor = p.vendor;
+  d.isa = p.isa;
+  d.arch = IsaLevelName(p.isa);
+  d.family = p.family;
+  d.model = p.model;
+  d.threads = threads > 0 ? threads : DefaultThreadBudget();
+  d.l1d_bytes = p.l1d;
+  d.l2_bytes = p.l2;
+  d.l3_bytes = p.l3;
+  FinalizeDeviceInfo(d);
+  return d;
+}
+
+}  // namespace cliffguard

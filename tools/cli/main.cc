@@ -1,0 +1,47 @@
+#include <cstdio>
+#include <exception>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "cliffguard/bundle.h"
+#include "commands.h"
+
+namespace cliffguard::cli {
+
+void Fail(const std::string& command, const std::string& message, int exit_code) {
+  fmt::print(stderr, "cliffguard {}: {}\n", command, message);
+  throw CLI::RuntimeError(exit_code);
+}
+
+void ExitIfError(const Status& status, const std::string& command) {
+  if (!status.ok()) Fail(command, status.ToString());
+}
+
+}  // namespace cliffguard::cli
+
+int main(int argc, char** argv) {
+  using namespace cliffguard::cli;
+  CLI::App app{fmt::format("cliffguard {}: tuned kernel dispatch with visible performance cliffs",
+                           cliffguard::CliffguardVersion())};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", cliffguard::CliffguardVersion());
+  AddDeviceCommand(app);
+  AddInspectCommand(app);
+  AddPackCommand(app);
+  AddRunCommand(app);
+  AddMissesCommand(app);
+#ifdef CLIFFGUARD_WITH_TUNER
+  AddTuneCommand(app);
+  AddMergeCommand(app);
+#endif
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "cliffguard: internal error: {}\n", e.what());
+    return 3;
+  }
+  return 0;
+}
