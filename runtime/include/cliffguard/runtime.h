@@ -1,0 +1,152 @@
+// The serving runtime: loads bundles and dispatches every operator call to its
+// tuned schedule when the (device, op key) is cached, else to a default schedule
+// while counting, timing and reporting the miss.
+//
+// Thread-safety: every member function may be called from any number of threads at
+// once, including LoadBundle*/ReplaceBundles while other threads dispatch.
+//
+// Hit path (Gemm on a cached key, GemmPlan::Run on a hit plan): no lock, no
+// allocation, no string work, no syscall. The dispatch table is immutable once
+// built; loading or reloading bundles builds a new table and swaps it atomically.
+//
+// Miss path: never fails the call because of the miss. Counted exactly per key
+// (no lost counts under concurrency), warned once per key through spdlog, and the
+// time spent in the fallback kernel accumulated per key.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cliffguard/bundle.h"
+#include "cliffguard/device.h"
+#include "cliffguard/kernel.h"
+#include "cliffguard/miss_report.h"
+#include "cliffguard/op_key.h"
+#include "cliffguard/status.h"
+
+namespace cliffguard {
+
+struct RuntimeOptions {
+  // Thread budget for kernels (part of the device identity). 0: CLIFFGUARD_THREADS
+  // from the environment, else every hardware thread available to the process.
+  int threads = 0;
+  // When non-empty, the miss report is written here (atomically) when the Runtime
+  // is destroyed. Empty: CLIFFGUARD_MISS_REPORT from the environment, if set.
+  std::string miss_report_path;
+  // One spdlog warning per missed key (first miss only).
+  bool warn_on_miss = true;
+  // Accept bundles whose device fingerprint differs from this device when backend
+  // and arch match (reported as "device rule: same-arch" in the load report).
+  // Off by default: a bundle applies only to the device it was tuned on.
+  bool allow_same_arch_bundles = false;
+};
+
+// What loading one bundle did.
+struct LoadReport {
+  std::string source;            // path, or the name given for a buffer
+  std::string device_fingerprint;  // the bundle's device
+  bool device_match = false;     // its entries apply to this runtime's device
+  std::string device_rule;       // "exact", "same-arch" or why it does not apply
+  size_t entries_total = 0;
+  size_t entries_loaded = 0;     // usable entries (rejected ones excluded)
+  std::vector<RejectedEntry> rejected;
+  size_t defaults_loaded = 0;
+};
+
+// Per-key dispatch counts since the Runtime was created (across reloads).
+struct KeyStats {
+  OpKey key;
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+};
+
+class GemmPlan;
+struct PlanCounter;
+struct MissEntry;
+
+class Runtime {
+ public:
+  static StatusOr<std::unique_ptr<Runtime>> Create(const RuntimeOptions& options = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  const DeviceInfo& device() const;
+
+  // Loads one more bundle beside those already loaded. A file that fails
+  // verification is refused (the error names the file and the rule) and the loaded
+  // set is unchanged; bad entries are rejected and reported in LoadReport, the rest
+  // load. When two loaded bundles hold the same key, the faster tuned_us wins.
+  StatusOr<LoadReport> LoadBundleFile(const std::string& path);
+  StatusOr<LoadReport> LoadBundleBuffer(std::span<const uint8_t> bytes, const std::string& source);
+  // Replaces every loaded bundle with these files, atomically: all verify and the
+  // table is swapped, or the call fails and nothing changes.
+  StatusOr<std::vector<LoadReport>> ReplaceBundles(const std::vector<std::string>& paths);
+  // Unloads everything (every later call misses with kind "device miss").
+  void UnloadAll();
+
+  // Per-call GEMM: validates args, looks the key up, runs the tuned schedule (hit)
+  // or the fallback (miss). Errors only for invalid arguments or kernel failures.
+  Status Gemm(const GemmArgs& args);
+
+  // Creates a plan for one shape (hot loops): validation and lookup happen here,
+  // Run() only takes pointers. The plan keeps the schedule resolved at creation;
+  // create a new plan to pick up bundles loaded later.
+  StatusOr<GemmPlan> PlanGemm(const OpKey& key);
+
+  // The schedule a call with this key would use now, and whether it is a hit.
+  struct Resolution {
+    Schedule schedule;
+    bool hit = false;
+    MissKind miss_kind = MissKind::kShapeMiss;  // when !hit
+    std::string fallback;                      // when !hit: "bundle default" or "built-in default"
+  };
+  StatusOr<Resolution> Resolve(const OpKey& key) const;
+
+  std::vector<KeyStats> Stats() const;     // every key dispatched at least once
+  MissReport GetMissReport() const;        // ranked by expected gain
+  Status WriteMissReport(const std::string& path) const;  // JSON, atomic
+  std::vector<LoadReport> LoadReports() const;  // of the bundles loaded now
+
+  struct Impl;
+
+ private:
+  explicit Runtime(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  friend class GemmPlan;
+};
+
+// A GEMM resolved once for one op key. Movable, not copyable. Thread-safe to Run
+// from several threads. Must not outlive its Runtime.
+class GemmPlan {
+ public:
+  GemmPlan() = default;
+  GemmPlan(GemmPlan&&) noexcept;
+  GemmPlan& operator=(GemmPlan&&) noexcept;
+  ~GemmPlan();
+
+  bool ready() const { return runtime_ != nullptr; }
+  bool hit() const { return hit_; }
+  const OpKey& key() const { return key_; }
+  const Schedule& schedule() const { return schedule_; }
+
+  // C = alpha * op(A) * op(B) + beta * C for the plan's shape. kInvalidState on a
+  // default-constructed or moved-from plan; kInvalidArgument for null pointers or
+  // leading dimensions too small for the shape.
+  Status Run(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+             float alpha = 1.0f, float beta = 0.0f) const;
+
+ private:
+  friend class Runtime;
+  Runtime::Impl* runtime_ = nullptr;
+  OpKey key_;
+  Schedule schedule_;
+  bool hit_ = false;
+  PlanCounter* counter_ = nullptr;  // owned by the runtime: hits of every plan for this key
+  MissEntry* miss_ = nullptr;       // owned by the runtime: this key's miss record
+};
+
+}  // namespace cliffguard

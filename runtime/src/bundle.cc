@@ -1,0 +1,403 @@
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "bundle_internal.h"
+#include "cliffguard/bundle.h"
+
+#ifndef CLIFFGUARD_VERSION
+#define CLIFFGUARD_VERSION "0.0.0"
+#endif
+
+namespace cliffguard {
+namespace {
+
+std::string Str(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
+std::string_view View(const flatbuffers::String* s) { return s ? s->string_view() : std::string_view(); }
+
+flatbuffers::Offset<fb::Schedule> WriteSchedule(flatbuffers::FlatBufferBuilder& fbb, const NamedSchedule& s) {
+  std::vector<flatbuffers::Offset<fb::Param>> params;
+  params.reserve(s.params.size());
+  for (const auto& [name, value] : s.params) params.push_back(fb::CreateParamDirect(fbb, name.c_str(), value));
+  return fb::CreateScheduleDirect(fbb, s.variant.c_str(), &params);
+}
+
+NamedSchedule ReadSchedule(const fb::Schedule* s) {
+  NamedSchedule out;
+  if (!s) return out;
+  out.variant = Str(s->variant());
+  if (s->params())
+    for (const fb::Param* p : *s->params()) out.params.emplace_back(Str(p->name()), p->value());
+  return out;
+}
+
+// Decodes a key, checking enum ranges and dimension counts; Validate() last.
+StatusOr<OpKey> ReadKey(const fb::OpKey* k) {
+  if (!k) return InvalidArgument("entry has no key");
+  const auto op = static_cast<uint8_t>(k->op()), dt = static_cast<uint8_t>(k->dtype());
+  if (op > static_cast<uint8_t>(OpKind::kConv2d)) return InvalidArgument(fmt::format("op kind {} is unknown", op));
+  if (dt > static_cast<uint8_t>(DType::kBF16)) return InvalidArgument(fmt::format("dtype {} is unknown", dt));
+  OpKey key;
+  key.op = static_cast<OpKind>(op);
+  key.dtype = static_cast<DType>(dt);
+  key.trans_a = k->trans_a();
+  key.trans_b = k->trans_b();
+  const int nshape = key.op == OpKind::kGemm ? 3 : 7, nattrs = key.op == OpKind::kGemm ? 0 : 4;
+  const size_t got_shape = k->shape() ? k->shape()->size() : 0, got_attrs = k->attrs() ? k->attrs()->size() : 0;
+  if (got_shape != size_t(nshape) || got_attrs != size_t(nattrs))
+    return InvalidArgument(fmt::format("{} key needs {} shape and {} attribute values, has {} and {}",
+                                       OpKindName(key.op), nshape, nattrs, got_shape, got_attrs));
+  for (int i = 0; i < nshape; ++i) key.dims[i] = k->shape()->Get(i);
+  for (int i = 0; i < nattrs; ++i) key.dims[nshape + i] = k->attrs()->Get(i);
+  CG_RETURN_IF_ERROR(key.Validate());
+  return key;
+}
+
+flatbuffers::Offset<fb::OpKey> WriteKey(flatbuffers::FlatBufferBuilder& fbb, const OpKey& key) {
+  const int nshape = key.op == OpKind::kGemm ? 3 : 7, nattrs = key.op == OpKind::kGemm ? 0 : 4;
+  std::vector<int64_t> shape(key.dims.begin(), key.dims.begin() + nshape);
+  std::vector<int64_t> attrs(key.dims.begin() + nshape, key.dims.begin() + nshape + nattrs);
+  return fb::CreateOpKeyDirect(fbb, static_cast<fb::OpKind>(key.op), static_cast<fb::DType>(key.dtype), key.trans_a,
+                               key.trans_b, &shape, &attrs);
+}
+
+// Resolves a schedule by name; cached variant lookup for the common case of many
+// entries naming the same variant.
+struct ScheduleResolver {
+  const KernelVariant* last = nullptr;
+
+  Status Resolve(const fb::Schedule* s, Schedule& out, EntryRejection& why) {
+    why = EntryRejection::kUnknownVariant;
+    if (!s || !s->variant()) return NotFound("schedule names no kernel variant");
+    const std::string_view name = s->variant()->string_view();
+    if (!last || name != last->name) last = FindKernelVariant(name);
+    if (!last) return NotFound(fmt::format("kernel variant '{}' is not in this build", name));
+    const KernelVariant& v = *last;
+    out = Schedule{};
+    out.variant = &v;
+    for (size_t i = 0; i < v.params.size(); ++i) out.params[i] = v.params[i].default_value;
+    why = EntryRejection::kBadParameter;
+    uint32_t seen = 0;
+    if (s->params()) {
+      const auto& ps = *s->params();
+      for (flatbuffers::uoffset_t j = 0; j < ps.size(); ++j) {
+        const fb::Param* p = ps.Get(j);
+        const std::string_view pname = View(p->name());
+        int idx = (j < v.params.size() && pname == v.params[j].name) ? static_cast<int>(j) : v.ParamIndex(pname);
+        if (idx < 0) return InvalidArgument(fmt::format("{}: unknown parameter '{}'", v.name, pname));
+        if (seen & (1u << idx)) return InvalidArgument(fmt::format("{}: parameter '{}' is given twice", v.name, pname));
+        seen |= 1u << idx;
+        const auto& vals = v.params[idx].values;
+        const int64_t value = p->value();
+        if (value < INT32_MIN || value > INT32_MAX ||
+            !std::binary_search(vals.begin(), vals.end(), static_cast<int32_t>(value)))
+          return OutOfRange(fmt::format("{}: {}={} is not an allowed value (from {} to {})", v.name, pname, value,
+                                        vals.front(), vals.back()));
+        out.params[idx] = static_cast<int32_t>(value);
+      }
+    }
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
+const char* CliffguardVersion() { return CLIFFGUARD_VERSION; }
+
+const char* EntryRejectionName(EntryRejection r) {
+  switch (r) {
+    case EntryRejection::kUnknownVariant: return "unknown_variant";
+    case EntryRejection::kBadParameter: return "bad_parameter";
+    case EntryRejection::kUnsupported: return "unsupported";
+    case EntryRejection::kBadKey: return "bad_key";
+    case EntryRejection::kDuplicateKey: return "duplicate_key";
+  }
+  return "?";
+}
+
+NamedSchedule ToNamed(const Schedule& s) {
+  NamedSchedule n;
+  if (s.variant) n.variant = s.variant->name;
+  n.params = s.Named();
+  return n;
+}
+
+std::vector<uint8_t> SerializeBundle(const BundleSpec& spec) {
+  flatbuffers::FlatBufferBuilder fbb(1024 + spec.entries.size() * 256 + spec.cost_model.size());
+  std::vector<flatbuffers::Offset<fb::DeviceProperty>> props;
+  for (const auto& [name, value] : spec.device.properties)
+    props.push_back(fb::CreateDevicePropertyDirect(fbb, name.c_str(), value));
+  auto device = fb::CreateDeviceDirect(fbb, static_cast<fb::Backend>(spec.device.backend), spec.device.name.c_str(),
+                                       spec.device.vendor.c_str(), spec.device.arch.c_str(), &props,
+                                       spec.device.fingerprint.c_str());
+  std::vector<flatbuffers::Offset<fb::Entry>> entries;
+  entries.reserve(spec.entries.size());
+  for (const BundleEntry& e : spec.entries) {
+    auto key = WriteKey(fbb, e.key);
+    auto sched = WriteSchedule(fbb, e.schedule);
+    entries.push_back(fb::CreateEntryDirect(fbb, key, sched, e.tuned_us, e.default_us, e.trials, e.tuned_at,
+                                            e.provenance.c_str()));
+  }
+  std::vector<flatbuffers::Offset<fb::OpDefault>> defaults;
+  for (const BundleOpDefault& d : spec.defaults)
+    defaults.push_back(fb::CreateOpDefault(fbb, static_cast<fb::OpKind>(d.op), static_cast<fb::DType>(d.dtype),
+                                           WriteSchedule(fbb, d.schedule)));
+  const std::string version = spec.producer_version.empty() ? CliffguardVersion() : spec.producer_version;
+  auto root = fb::CreateBundleDirect(fbb, spec.schema_version, spec.producer.c_str(), version.c_str(),
+                                     spec.created_at, device, &entries, &defaults, spec.cost_model_format.c_str(),
+                                     spec.cost_model.empty() ? nullptr : &spec.cost_model);
+  fb::FinishBundleBuffer(fbb, root);
+  return std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
+}
+
+StatusOr<const fb::Bundle*> VerifyBundle(std::span<const uint8_t> bytes, std::string_view source) {
+  if (bytes.size() < 8)
+    return DataLoss(fmt::format("bundle '{}': {} bytes is too short to be a bundle (at least 8)", source, bytes.size()));
+  if (bytes.size() > static_cast<size_t>(kMaxBundleBytes))
+    return DataLoss(fmt::format("bundle '{}': {} bytes exceeds the limit of {}", source, bytes.size(), kMaxBundleBytes));
+  if (!fb::BundleBufferHasIdentifier(bytes.data())) {
+    std::string got;
+    for (int i = 4; i < 8; ++i) got += std::isprint(bytes[i]) ? char(bytes[i]) : '?';
+    return DataLoss(fmt::format("bundle '{}': file identifier '{}' is not '{}' (not a cliffguard bundle)", source, got,
+                                kBundleFileIdentifier));
+  }
+  // Depth 64; tables bounded by size (a table needs at least 4 bytes).
+  flatbuffers::Verifier verifier(bytes.data(), bytes.size(), 64, static_cast<flatbuffers::uoffset_t>(bytes.size() / 4 + 16));
+  if (!fb::VerifyBundleBuffer(verifier))
+    return DataLoss(fmt::format("bundle '{}': flatbuffer verification failed (truncated or corrupt file)", source));
+  const fb::Bundle* b = fb::GetBundle(bytes.data());
+  if (b->schema_version() > kBundleSchemaVersion)
+    return FailedPrecondition(fmt::format("bundle '{}': schema_version {} is newer than this build reads ({}); "
+                                          "upgrade cliffguard or re-tune",
+                                          source, b->schema_version(), kBundleSchemaVersion));
+  if (b->schema_version() == 0) return DataLoss(fmt::format("bundle '{}': schema_version 0 is invalid", source));
+  if (!b->device()) return DataLoss(fmt::format("bundle '{}': has no device", source));
+  const auto backend = static_cast<uint8_t>(b->device()->backend());
+  if (backend > static_cast<uint8_t>(Backend::kCuda))
+    return DataLoss(fmt::format("bundle '{}': device backend {} is unknown", source, backend));
+  return b;
+}
+
+DeviceInfo DeviceFromFlatbuffer(const fb::Device* d) {
+  DeviceInfo out;
+  out.backend = static_cast<Backend>(d->backend());
+  out.name = Str(d->name());
+  out.vendor = Str(d->vendor());
+  out.arch = Str(d->arch());
+  out.fingerprint = Str(d->fingerprint());
+  if (d->properties()) {
+    for (const fb::DeviceProperty* p : *d->properties()) {
+      const std::string name = Str(p->name());
+      const int64_t v = p->value();
+      out.properties.emplace_back(name, v);
+      if (name == "family") out.family = static_cast<int>(v);
+      else if (name == "model") out.model = static_cast<int>(v);
+      else if (name == "isa") out.isa = static_cast<uint32_t>(v);
+      else if (name == "threads") out.threads = static_cast<int>(v);
+      else if (name == "l1d_bytes") out.l1d_bytes = v;
+      else if (name == "l2_bytes") out.l2_bytes = v;
+      else if (name == "l3_bytes") out.l3_bytes = v;
+    }
+  }
+  return out;
+}
+
+StatusOr<BundleSpec> ParseBundle(std::span<const uint8_t> bytes, std::string_view source) {
+  CG_ASSIGN_OR_RETURN(const fb::Bundle* b, VerifyBundle(bytes, source));
+  BundleSpec spec;
+  spec.schema_version = b->schema_version();
+  spec.producer = Str(b->producer());
+  spec.producer_version = Str(b->producer_version());
+  spec.created_at = b->created_at();
+  spec.device = DeviceFromFlatbuffer(b->device());
+  if (b->entries()) {
+    spec.entries.reserve(b->entries()->size());
+    for (flatbuffers::uoffset_t i = 0; i < b->entries()->size(); ++i) {
+      const fb::Entry* e = b->entries()->Get(i);
+      auto key = ReadKey(e->key());
+      if (!key.ok())
+        return DataLoss(fmt::format("bundle '{}': entry {}: {}", source, i, key.status().message()));
+      BundleEntry out;
+      out.key = *key;
+      out.schedule = ReadSchedule(e->schedule());
+      out.tuned_us = e->tuned_us();
+      out.default_us = e->default_us();
+      out.trials = e->trials();
+      out.tuned_at = e->tuned_at();
+      out.provenance = Str(e->provenance());
+      spec.entries.push_back(std::move(out));
+    }
+  }
+  if (b->defaults()) {
+    for (const fb::OpDefault* d : *b->defaults()) {
+      const auto op = static_cast<uint8_t>(d->op()), dt = static_cast<uint8_t>(d->dtype());
+      if (op > 1 || dt > 2) return DataLoss(fmt::format("bundle '{}': op default has unknown op {} or dtype {}", source, op, dt));
+      spec.defaults.push_back({static_cast<OpKind>(op), static_cast<DType>(dt), ReadSchedule(d->schedule())});
+    }
+  }
+  spec.cost_model_format = Str(b->cost_model_format());
+  if (b->cost_model()) spec.cost_model.assign(b->cost_model()->begin(), b->cost_model()->end());
+  return spec;
+}
+
+ResolvedBundle ResolveVerifiedBundle(const fb::Bundle& b, const DeviceInfo& device) {
+  ResolvedBundle out;
+  ScheduleResolver resolver;
+  std::unordered_set<OpKey, OpKeyHash> seen;
+  if (b.entries()) {
+    out.entries.reserve(b.entries()->size());
+    seen.reserve(b.entries()->size());
+    for (const fb::Entry* e : *b.entries()) {
+      auto key = ReadKey(e->key());
+      if (!key.ok()) {
+        out.rejected.push_back({OpKey{}, EntryRejection::kBadKey, key.status().message()});
+        continue;
+      }
+      ResolvedEntry r;
+      r.key = *key;
+      r.tuned_us = e->tuned_us();
+      r.default_us = e->default_us();
+      EntryRejection why;
+      Status st = resolver.Resolve(e->schedule(), r.schedule, why);
+      if (st.ok()) {
+        why = EntryRejection::kUnsupported;
+        st = CheckSchedule(r.schedule, r.key, device);
+      }
+      if (!st.ok()) {
+        out.rejected.push_back({r.key, why, fmt::format("{}: {}", r.key.ToString(), st.message())});
+        continue;
+      }
+      if (!seen.insert(r.key).second) {
+        out.rejected.push_back({r.key, EntryRejection::kDuplicateKey,
+                                fmt::format("{}: appears more than once; the first entry is kept", r.key.ToString())});
+        continue;
+      }
+      out.entries.push_back(r);
+    }
+  }
+  if (b.defaults()) {
+    for (const fb::OpDefault* d : *b.defaults()) {
+      OpKey key;
+      key.op = static_cast<OpKind>(d->op());
+      key.dtype = static_cast<DType>(d->dtype());
+      Schedule s;
+      EntryRejection why;
+      Status st = resolver.Resolve(d->schedule(), s, why);
+      if (st.ok() && (s.variant->op != key.op || s.variant->dtype != key.dtype || s.variant->backend != device.backend ||
+                      (s.variant->isa & device.isa) != s.variant->isa)) {
+        why = EntryRejection::kUnsupported;
+        st = Unimplemented(fmt::format("{} cannot run {} {} on this device", s.variant->name, OpKindName(key.op),
+                                       DTypeName(key.dtype)));
+      }
+      if (!st.ok()) {
+        out.rejected_defaults.push_back({key, why, fmt::format("default for {} {}: {}", OpKindName(key.op),
+                                                               DTypeName(key.dtype), st.message())});
+        continue;
+      }
+      out.defaults.emplace_back(key, s);
+    }
+  }
+  return out;
+}
+
+ResolvedBundle ResolveBundle(const BundleSpec& spec, const DeviceInfo& device) {
+  const std::vector<uint8_t> bytes = SerializeBundle(spec);
+  return ResolveVerifiedBundle(*fb::GetBundle(bytes.data()), device);
+}
+
+StatusOr<std::vector<uint8_t>> ReadFileBytes(const std::string& path, int64_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return IoError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return IoError(fmt::format("cannot stat '{}': {}", path, std::strerror(err)));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgument(fmt::format("'{}' is a directory, not a file", path));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgument(fmt::format("'{}' is not a regular file", path));
+  }
+  if (st.st_size > max_bytes) {
+    ::close(fd);
+    return InvalidArgument(fmt::format("'{}' is {} bytes, over the limit of {}", path, int64_t(st.st_size), max_bytes));
+  }
+  std::vector<uint8_t> data(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::read(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return IoError(fmt::format("cannot read '{}': {}", path, std::strerror(err)));
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  data.resize(done);
+  if (data.empty()) return DataLoss(fmt::format("'{}' is empty", path));
+  return data;
+}
+
+StatusOr<BundleSpec> ReadBundleFile(const std::string& path) {
+  CG_ASSIGN_OR_RETURN(auto bytes, ReadFileBytes(path));
+  return ParseBundle(bytes, path);
+}
+
+Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> bytes) {
+  if (path.empty()) return InvalidArgument("output path is empty");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return InvalidArgument(fmt::format("'{}' is a directory, not a file", path));
+    // Renaming over a device node or FIFO would replace it: refuse.
+    if (!S_ISREG(st.st_mode)) return InvalidArgument(fmt::format("'{}' exists and is not a regular file", path));
+  }
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) return IoError(fmt::format("cannot create a temporary file beside '{}': {}", path, std::strerror(errno)));
+  auto fail = [&](const char* what) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return IoError(fmt::format("cannot {} '{}': {}; '{}' is unchanged", what, tmp, std::strerror(err), path));
+  };
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail("write");
+    done += static_cast<size_t>(n);
+  }
+  if (::fchmod(fd, 0644) != 0) return fail("chmod");
+  if (::fsync(fd) != 0) return fail("fsync");
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return IoError(fmt::format("cannot close '{}': {}; '{}' is unchanged", tmp, std::strerror(err), path));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return IoError(fmt::format("cannot rename '{}' to '{}': {}", tmp, path, std::strerror(err)));
+  }
+  return Status::Ok();
+}
+
+Status WriteBundleFile(const std::string& path, const BundleSpec& spec) {
+  const std::vector<uint8_t> bytes = SerializeBundle(spec);
+  return WriteFileAtomic(path, bytes);
+}
+
+}  // namespace cliffguard

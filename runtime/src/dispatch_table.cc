@@ -1,0 +1,48 @@
+#include "dispatch_table.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace cliffguard {
+
+DispatchTable::DispatchTable(std::vector<Input> in, bool has_device_bundle,
+                             std::vector<std::pair<OpKey, Schedule>> defaults, uint64_t generation)
+    : has_device_bundle_(has_device_bundle), defaults_(std::move(defaults)), generation_(generation) {
+  const size_t cap = std::bit_ceil(std::max<size_t>(16, in.size() * 2));
+  slots_.resize(cap);
+  mask_ = cap - 1;
+  entries_.reserve(in.size());
+  std::vector<double> ratios[2];
+  for (Input& x : in) {
+    TableEntry e;
+    e.key = x.key;
+    e.schedule = x.schedule;
+    e.rejected = x.rejected;
+    e.index = static_cast<uint32_t>(entries_.size());
+    e.tuned_us = x.tuned_us;
+    e.default_us = x.default_us;
+    if (!e.rejected && e.tuned_us > 0 && e.default_us > 0)
+      ratios[static_cast<int>(e.key.op) & 1].push_back(e.default_us / e.tuned_us);
+    const uint64_t h = e.key.Hash();
+    uint64_t i = h & mask_;
+    while (slots_[i].index != 0) i = (i + 1) & mask_;
+    slots_[i] = {h, e.index + 1};
+    entries_.push_back(e);
+  }
+  for (int op = 0; op < 2; ++op) {
+    auto& r = ratios[op];
+    if (r.empty()) continue;
+    std::nth_element(r.begin(), r.begin() + r.size() / 2, r.end());
+    speedup_[op] = std::max(1.0, r[r.size() / 2]);
+  }
+}
+
+const Schedule* DispatchTable::BundleDefault(const OpKey& key) const {
+  for (const auto& [k, s] : defaults_)
+    if (k.op == key.op && k.dtype == key.dtype) return &s;
+  return nullptr;
+}
+
+double DispatchTable::ExpectedSpeedup(OpKind op) const { return speedup_[static_cast<int>(op) & 1]; }
+
+}  // namespace cliffguard

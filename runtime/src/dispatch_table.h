@@ -1,0 +1,75 @@
+// Internal: the immutable dispatch table built from the loaded bundles.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cliffguard/kernel.h"
+#include "cliffguard/miss_report.h"
+#include "cliffguard/op_key.h"
+
+namespace cliffguard {
+
+struct TableEntry {
+  OpKey key;
+  Schedule schedule;     // variant == nullptr when rejected
+  bool rejected = false; // present in a bundle for this device but unusable
+  uint32_t index = 0;    // position in entries(); indexes per-thread hit counters
+  double tuned_us = 0, default_us = 0;
+};
+
+// Open addressing, load factor <= 0.5, built once, never mutated after Build().
+class DispatchTable {
+ public:
+  struct Input {
+    OpKey key;
+    Schedule schedule;
+    bool rejected = false;
+    double tuned_us = 0, default_us = 0;
+  };
+  // Keys must be unique in `in`.
+  DispatchTable(std::vector<Input> in, bool has_device_bundle, std::vector<std::pair<OpKey, Schedule>> defaults,
+                uint64_t generation);
+
+  // Hit path: no allocation, no locks.
+  const TableEntry* Find(const OpKey& key, uint64_t hash) const {
+    uint64_t i = hash & mask_;
+    for (;;) {
+      const Slot& s = slots_[i];
+      if (s.index == 0) return nullptr;
+      if (s.hash == hash) {
+        const TableEntry& e = entries_[s.index - 1];
+        if (e.key == key) return &e;
+      }
+      i = (i + 1) & mask_;
+    }
+  }
+
+  const std::vector<TableEntry>& entries() const { return entries_; }
+  size_t size() const { return entries_.size(); }
+  bool has_device_bundle() const { return has_device_bundle_; }
+  uint64_t generation() const { return generation_; }
+  // The bundle default for key's op and dtype, or nullptr.
+  const Schedule* BundleDefault(const OpKey& key) const;
+  // Median default_us / tuned_us of usable entries of this op (1.0 when none).
+  double ExpectedSpeedup(OpKind op) const;
+  MissKind MissKindFor(const TableEntry* found) const {
+    if (!has_device_bundle_) return MissKind::kDeviceMiss;
+    return found && found->rejected ? MissKind::kRejectedEntry : MissKind::kShapeMiss;
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t index = 0;  // entry index + 1; 0 = empty
+  };
+  std::vector<TableEntry> entries_;
+  std::vector<Slot> slots_;
+  uint64_t mask_ = 0;
+  bool has_device_bundle_ = false;
+  std::vector<std::pair<OpKey, Schedule>> defaults_;
+  double speedup_[2] = {1.0, 1.0};
+  uint64_t generation_ = 0;
+};
+
+}  // namespace cliffguard

@@ -1,0 +1,50 @@
+#include "miss_log.h"
+
+#include <thread>
+
+namespace cliffguard {
+
+TickClock::TickClock()
+    : tick0_(Now()),
+      steady0_(std::chrono::steady_clock::now()),
+      unix0_(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()) {}
+
+double TickClock::TicksPerMicrosecond() const {
+  // Calibrate over at least 2 ms of the clock's life.
+  auto elapsed = std::chrono::steady_clock::now() - steady0_;
+  if (elapsed < std::chrono::milliseconds(2)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2) - elapsed);
+    elapsed = std::chrono::steady_clock::now() - steady0_;
+  }
+  const uint64_t ticks = Now() - tick0_;
+  const double us = std::chrono::duration<double, std::micro>(elapsed).count();
+  return us > 0 ? double(ticks) / us : 1.0;
+}
+
+double TickClock::ToUnixSeconds(uint64_t ticks) const {
+  if (ticks == 0) return 0;
+  return unix0_ + (double(int64_t(ticks - tick0_)) / TicksPerMicrosecond()) * 1e-6;
+}
+
+std::vector<MissLog::Snapshot> MissLog::Snap() const {
+  std::vector<Snapshot> out;
+  for (const Shard& s : shards_) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (const auto& [key, e] : s.map) {
+      out.push_back({key, e->kind, e->count.load(std::memory_order_relaxed),
+                     e->fallback_ticks.load(std::memory_order_relaxed), e->first_tick.load(std::memory_order_relaxed),
+                     e->last_tick.load(std::memory_order_relaxed),
+                     e->fallback.ToString()});
+    }
+  }
+  return out;
+}
+
+uint64_t MissLog::CountFor(const OpKey& key) const {
+  const Shard& s = shards_[(key.Hash() >> 58) & (kShards - 1)];
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.map.find(key);
+  return it == s.map.end() ? 0 : it->second->count.load(std::memory_order_relaxed);
+}
+
+}  // namespace cliffguard

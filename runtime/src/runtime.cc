@@ -1,0 +1,585 @@
+#include "cliffguard/runtime.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "bundle_internal.h"
+#include "dispatch_table.h"
+#include "miss_log.h"
+
+namespace cliffguard {
+
+struct PlanCounter {
+  OpKey key;
+  std::atomic<uint64_t> hits{0};
+};
+
+namespace {
+
+// Per-thread dispatch state, one per (runtime, thread). `table` is both the table
+// whose entries `hits` counts and the hazard pointer that keeps that table alive.
+struct ThreadSlot {
+  std::atomic<const DispatchTable*> table{nullptr};
+  std::unique_ptr<std::atomic<uint64_t>[]> hits;
+  std::mutex mu;        // taken on table switches and by readers of the counts, never on a hit
+  bool in_use = true;   // guarded by Impl::slots_mu
+};
+
+std::atomic<uint64_t> g_next_runtime_id{1};
+std::mutex g_registry_mu;
+std::unordered_map<uint64_t, Runtime::Impl*>& Registry() {
+  static auto* r = new std::unordered_map<uint64_t, Runtime::Impl*>();  // never destroyed: used at thread exit
+  return *r;
+}
+
+void ReleaseSlotOf(uint64_t runtime_id, ThreadSlot* slot);
+
+// The calling thread's slots, one per runtime it dispatched through.
+struct LocalSlots {
+  uint64_t last_id = 0;
+  ThreadSlot* last = nullptr;
+  std::vector<std::pair<uint64_t, ThreadSlot*>> all;
+  ~LocalSlots() {
+    for (auto& [id, slot] : all) ReleaseSlotOf(id, slot);
+  }
+};
+thread_local LocalSlots t_slots;
+
+// Cheap argument checks for the hit path; the slow ValidateGemmArgs names the rule.
+inline bool GemmArgsLookValid(const GemmArgs& a) {
+  constexpr int64_t kMax = int64_t{1} << 31;
+  const bool dims = a.m >= 1 && a.n >= 1 && a.k >= 1 && a.m <= kMax && a.n <= kMax && a.k <= kMax;
+  const bool lds = a.lda >= (a.trans_a ? a.m : a.k) && a.ldb >= (a.trans_b ? a.k : a.n) && a.ldc >= a.n;
+  const bool ptrs = a.a && a.b && a.c;
+  const bool small = a.m * a.n <= (int64_t{1} << 40) && a.m * a.k <= (int64_t{1} << 40) && a.k * a.n <= (int64_t{1} << 40);
+  return dims && lds && ptrs && small;
+}
+
+struct LoadedBundle {
+  LoadReport report;
+  ResolvedBundle resolved;  // empty when the device does not match
+};
+
+}  // namespace
+
+struct Runtime::Impl {
+  RuntimeOptions options;
+  DeviceInfo device;
+  uint64_t id = g_next_runtime_id.fetch_add(1);
+  TickClock clock;
+
+  std::atomic<const DispatchTable*> table{nullptr};
+  std::mutex load_mu;  // serialises loads, table swaps and reclamation
+  std::vector<LoadedBundle> bundles;
+  std::vector<std::unique_ptr<const DispatchTable>> tables;  // current + retired, still referenced
+  uint64_t generation = 0;
+
+  std::mutex slots_mu;
+  std::vector<std::unique_ptr<ThreadSlot>> slots;
+
+  std::mutex totals_mu;  // lock order: slot mu(s) before totals_mu
+  std::unordered_map<OpKey, uint64_t, OpKeyHash> hit_totals;
+
+  std::mutex plans_mu;
+  std::unordered_map<OpKey, std::unique_ptr<PlanCounter>, OpKeyHash> plan_counters;
+
+  MissLog misses;
+
+  ThreadSlot* LocalSlot() {
+    if (t_slots.last_id == id) [[likely]] return t_slots.last;
+    return LocalSlotSlow();
+  }
+
+  ThreadSlot* LocalSlotSlow() {
+    for (auto& [rid, slot] : t_slots.all) {
+      if (rid == id) {
+        t_slots.last_id = id;
+        t_slots.last = slot;
+        return slot;
+      }
+    }
+    ThreadSlot* slot = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(slots_mu);
+      for (auto& s : slots) {
+        if (!s->in_use) {
+          s->in_use = true;
+          slot = s.get();
+          break;
+        }
+      }
+      if (!slot) {
+        slots.push_back(std::make_unique<ThreadSlot>());
+        slot = slots.back().get();
+      }
+    }
+    t_slots.all.emplace_back(id, slot);
+    t_slots.last_id = id;
+    t_slots.last = slot;
+    return slot;
+  }
+
+  // Adds the slot's counts to the totals. Caller holds s->mu.
+  void FoldLocked(ThreadSlot* s) {
+    const DispatchTable* t = s->table.load(std::memory_order_relaxed);
+    if (!t || !s->hits) return;
+    std::lock_guard<std::mutex> lock(totals_mu);
+    for (size_t i = 0; i < t->size(); ++i) {
+      const uint64_t n = s->hits[i].load(std::memory_order_relaxed);
+      if (n) hit_totals[t->entries()[i].key] += n;
+    }
+  }
+
+  // Publishes the current table as this slot's hazard and counts against it.
+  const DispatchTable* SwitchTable(ThreadSlot* s) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    FoldLocked(s);
+    for (;;) {
+      const DispatchTable* t = table.load(std::memory_order_acquire);
+      s->table.store(t, std::memory_order_seq_cst);
+      if (table.load(std::memory_order_seq_cst) == t) {
+        s->hits.reset(new std::atomic<uint64_t>[std::max<size_t>(1, t->size())]);
+        for (size_t i = 0; i < std::max<size_t>(1, t->size()); ++i) s->hits[i].store(0, std::memory_order_relaxed);
+        return t;
+      }
+    }
+  }
+
+  void ReleaseSlot(ThreadSlot* s) {
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      FoldLocked(s);
+      s->hits.reset();
+      s->table.store(nullptr, std::memory_order_seq_cst);
+    }
+    std::lock_guard<std::mutex> lock(slots_mu);
+    s->in_use = false;
+  }
+
+  // Frees retired tables no slot still points at. Caller holds load_mu.
+  void ReclaimLocked() {
+    std::unordered_set<const DispatchTable*> live;
+    live.insert(table.load(std::memory_order_seq_cst));
+    {
+      std::lock_guard<std::mutex> lock(slots_mu);
+      for (auto& s : slots) live.insert(s->table.load(std::memory_order_seq_cst));
+    }
+    std::erase_if(tables, [&](const std::unique_ptr<const DispatchTable>& t) { return !live.count(t.get()); });
+  }
+
+  // Builds a table from the loaded bundles and swaps it in. Caller holds load_mu.
+  void RebuildLocked() {
+    std::unordered_map<OpKey, DispatchTable::Input, OpKeyHash> merged;
+    std::vector<std::pair<OpKey, Schedule>> defaults;
+    bool has_device_bundle = false;
+    for (const LoadedBundle& b : bundles) {
+      if (!b.report.device_match) continue;
+      has_device_bundle = true;
+      for (const ResolvedEntry& e : b.resolved.entries) {
+        auto [it, inserted] = merged.try_emplace(e.key);
+        DispatchTable::Input& in = it->second;
+        const bool better = inserted || in.rejected || (e.tuned_us > 0 && (in.tuned_us <= 0 || e.tuned_us < in.tuned_us));
+        if (better) in = {e.key, e.schedule, false, e.tuned_us, e.default_us};
+      }
+      for (const RejectedEntry& r : b.resolved.rejected) {
+        if (r.reason == EntryRejection::kBadKey || r.reason == EntryRejection::kDuplicateKey) continue;
+        auto [it, inserted] = merged.try_emplace(r.key);
+        if (inserted) {
+          it->second.key = r.key;
+          it->second.rejected = true;
+        }
+      }
+      for (const auto& d : b.resolved.defaults) {
+        const bool known = std::any_of(defaults.begin(), defaults.end(), [&](const auto& x) {
+          return x.first.op == d.first.op && x.first.dtype == d.first.dtype;
+        });
+        if (!known) defaults.push_back(d);
+      }
+    }
+    std::vector<DispatchTable::Input> in;
+    in.reserve(merged.size());
+    for (auto& [k, v] : merged) in.push_back(std::move(v));
+    auto t = std::make_unique<DispatchTable>(std::move(in), has_device_bundle, std::move(defaults), ++generation);
+    table.store(t.get(), std::memory_order_seq_cst);
+    tables.push_back(std::move(t));
+    ReclaimLocked();
+  }
+
+  StatusOr<LoadedBundle> Prepare(std::span<const uint8_t> bytes, const std::string& source) const {
+    CG_ASSIGN_OR_RETURN(const fb::Bundle* b, VerifyBundle(bytes, source));
+    LoadedBundle lb;
+    LoadReport& r = lb.report;
+    r.source = source;
+    r.device_fingerprint = b->device()->fingerprint() ? b->device()->fingerprint()->str() : "";
+    r.entries_total = b->entries() ? b->entries()->size() : 0;
+    const DeviceInfo bd = DeviceFromFlatbuffer(b->device());
+    if (r.device_fingerprint == device.fingerprint) {
+      r.device_match = true;
+      r.device_rule = "exact";
+    } else if (options.allow_same_arch_bundles && bd.backend == device.backend && bd.arch == device.arch) {
+      r.device_match = true;
+      r.device_rule = "same-arch";
+    } else {
+      r.device_rule = fmt::format("device '{}' is not this device '{}'", r.device_fingerprint, device.fingerprint);
+    }
+    if (r.device_match) {
+      lb.resolved = ResolveVerifiedBundle(*b, device);
+      r.entries_loaded = lb.resolved.entries.size();
+      r.rejected = lb.resolved.rejected;
+      r.rejected.insert(r.rejected.end(), lb.resolved.rejected_defaults.begin(), lb.resolved.rejected_defaults.end());
+      r.defaults_loaded = lb.resolved.defaults.size();
+    }
+    return lb;
+  }
+
+  void LogLoad(const LoadReport& r) const {
+    if (!r.device_match) {
+      spdlog::warn("cliffguard: bundle '{}' is for another device and is not applied: {}", r.source, r.device_rule);
+      return;
+    }
+    spdlog::info("cliffguard: bundle '{}': {} of {} entries loaded ({} rejected), device rule {}", r.source,
+                 r.entries_loaded, r.entries_total, r.rejected.size(), r.device_rule);
+    for (const RejectedEntry& e : r.rejected)
+      spdlog::warn("cliffguard: bundle '{}': entry rejected ({}): {}", r.source, EntryRejectionName(e.reason), e.message);
+  }
+
+  // Fallback for a missed key under table t.
+  void RefreshMiss(MissEntry& m, const DispatchTable* t, const TableEntry* found) const {
+    m.kind = t->MissKindFor(found);
+    if (const Schedule* d = t->BundleDefault(m.key); d && CheckSchedule(*d, m.key, device).ok()) {
+      m.fallback = *d;
+      m.fallback_source = "bundle default";
+      return;
+    }
+    auto s = DefaultSchedule(m.key, device);
+    if (s.ok()) {
+      m.fallback = *s;
+      m.fallback_source = "built-in default";
+    } else {
+      m.fallback = Schedule{};
+      m.fallback_source = s.status().message();
+    }
+  }
+
+  MissEntry* FindMiss(const OpKey& key, uint64_t hash, const DispatchTable* t, const TableEntry* found,
+                      Schedule& fallback) {
+    bool created = false;
+    MissEntry* m = misses.Get(
+        key, hash, t->generation(), [&](MissEntry& e) { RefreshMiss(e, t, found); }, created, fallback);
+    if (created && options.warn_on_miss) {
+      spdlog::warn("cliffguard: {} for '{}' on device {}: no tuned schedule; running the {} ({}). "
+                   "It is counted in the miss report; tune it to remove this cliff.",
+                   MissKindName(m->kind), key.ToString(), device.fingerprint, m->fallback_source, fallback.ToString());
+    }
+    return m;
+  }
+
+  [[gnu::noinline]] Status MissGemm(const GemmArgs& a, const OpKey& key, uint64_t hash, const DispatchTable* t,
+                                    const TableEntry* found) {
+    Schedule fallback;
+    MissEntry* m = FindMiss(key, hash, t, found, fallback);
+    const uint64_t t0 = TickClock::Now();
+    Status st = fallback.variant ? RunGemm(fallback, a)
+                                 : Unimplemented(fmt::format("no kernel runs '{}' on {}", key.ToString(), device.fingerprint));
+    m->Record(t0, TickClock::Now());
+    return st;
+  }
+
+  std::unordered_map<OpKey, KeyStats, OpKeyHash> CollectStats() {
+    std::unordered_map<OpKey, KeyStats, OpKeyHash> out;
+    auto add_hits = [&](const OpKey& k, uint64_t n) {
+      KeyStats& s = out[k];
+      s.key = k;
+      s.hits += n;
+    };
+    {
+      std::lock_guard<std::mutex> slots_lock(slots_mu);
+      std::vector<std::unique_lock<std::mutex>> held;
+      held.reserve(slots.size());
+      for (auto& s : slots) held.emplace_back(s->mu);
+      for (auto& s : slots) {
+        const DispatchTable* t = s->table.load(std::memory_order_relaxed);
+        if (!t || !s->hits) continue;
+        for (size_t i = 0; i < t->size(); ++i)
+          if (uint64_t n = s->hits[i].load(std::memory_order_relaxed)) add_hits(t->entries()[i].key, n);
+      }
+      std::lock_guard<std::mutex> totals_lock(totals_mu);
+      for (const auto& [k, n] : hit_totals) add_hits(k, n);
+    }
+    {
+      std::lock_guard<std::mutex> lock(plans_mu);
+      for (const auto& [k, c] : plan_counters)
+        if (uint64_t n = c->hits.load(std::memory_order_relaxed)) add_hits(k, n);
+    }
+    for (const auto& m : misses.Snap()) {
+      KeyStats& s = out[m.key];
+      s.key = m.key;
+      s.misses += m.count;
+    }
+    return out;
+  }
+};
+
+namespace {
+void ReleaseSlotOf(uint64_t runtime_id, ThreadSlot* slot) {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  auto it = Registry().find(runtime_id);
+  if (it != Registry().end()) it->second->ReleaseSlot(slot);
+}
+}  // namespace
+
+Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options) {
+  if (options.threads < 0 || options.threads > 1024)
+    return InvalidArgument(fmt::format("RuntimeOptions.threads={} must be in [0, 1024] (0: automatic)", options.threads));
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  if (impl->options.miss_report_path.empty())
+    if (const char* env = std::getenv("CLIFFGUARD_MISS_REPORT")) impl->options.miss_report_path = env;
+  impl->device = HostCpuDevice(options.threads);
+  {
+    std::lock_guard<std::mutex> lock(impl->load_mu);
+    impl->RebuildLocked();  // the empty table: every call is a device miss
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_registry_mu);
+    Registry()[impl->id] = impl.get();
+  }
+  return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
+}
+
+Runtime::~Runtime() {
+  if (!impl_->options.miss_report_path.empty()) {
+    Status st = WriteMissReport(impl_->options.miss_report_path);
+    if (!st.ok()) spdlog::error("cliffguard: cannot write the miss report at exit: {}", st.ToString());
+    else spdlog::info("cliffguard: miss report written to '{}'", impl_->options.miss_report_path);
+  }
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  Registry().erase(impl_->id);
+}
+
+const DeviceInfo& Runtime::device() const { return impl_->device; }
+
+StatusOr<LoadReport> Runtime::LoadBundleBuffer(std::span<const uint8_t> bytes, const std::string& source) {
+  CG_ASSIGN_OR_RETURN(LoadedBundle lb, impl_->Prepare(bytes, source));
+  impl_->LogLoad(lb.report);
+  LoadReport report = lb.report;
+  std::lock_guard<std::mutex> lock(impl_->load_mu);
+  impl_->bundles.push_back(std::move(lb));
+  impl_->RebuildLocked();
+  return report;
+}
+
+StatusOr<LoadReport> Runtime::LoadBundleFile(const std::string& path) {
+  CG_ASSIGN_OR_RETURN(auto bytes, ReadFileBytes(path));
+  return LoadBundleBuffer(bytes, path);
+}
+
+StatusOr<std::vector<LoadReport>> Runtime::ReplaceBundles(const std::vector<std::string>& paths) {
+  std::vector<LoadedBundle> fresh;
+  for (const std::string& p : paths) {
+    CG_ASSIGN_OR_RETURN(auto bytes, ReadFileBytes(p));
+    CG_ASSIGN_OR_RETURN(LoadedBundle lb, impl_->Prepare(bytes, p));
+    fresh.push_back(std::move(lb));
+  }
+  std::vector<LoadReport> reports;
+  for (const auto& lb : fresh) {
+    impl_->LogLoad(lb.report);
+    reports.push_back(lb.report);
+  }
+  std::lock_guard<std::mutex> lock(impl_->load_mu);
+  impl_->bundles = std::move(fresh);
+  impl_->RebuildLocked();
+  return reports;
+}
+
+void Runtime::UnloadAll() {
+  std::lock_guard<std::mutex> lock(impl_->load_mu);
+  impl_->bundles.clear();
+  impl_->RebuildLocked();
+}
+
+Status Runtime::Gemm(const GemmArgs& a) {
+  Impl& r = *impl_;
+  if (!GemmArgsLookValid(a)) [[unlikely]] {
+    CG_RETURN_IF_ERROR(ValidateGemmArgs(a));
+    return InvalidArgument(fmt::format("gemm: arguments m={} n={} k={} are too large", a.m, a.n, a.k));
+  }
+  const OpKey key = GemmKeyOf(a);
+  const uint64_t hash = key.Hash();
+  ThreadSlot* s = r.LocalSlot();
+  const DispatchTable* t = r.table.load(std::memory_order_acquire);
+  if (t != s->table.load(std::memory_order_relaxed)) [[unlikely]] t = r.SwitchTable(s);
+  const TableEntry* e = t->Find(key, hash);
+  if (e && !e->rejected) [[likely]] {
+    std::atomic<uint64_t>& c = s->hits[e->index];
+    c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    return RunGemm(e->schedule, a);
+  }
+  return r.MissGemm(a, key, hash, t, e);
+}
+
+StatusOr<Runtime::Resolution> Runtime::Resolve(const OpKey& key) const {
+  CG_RETURN_IF_ERROR(key.Validate());
+  Impl& r = *impl_;
+  std::lock_guard<std::mutex> lock(r.load_mu);
+  const DispatchTable* t = r.table.load(std::memory_order_acquire);
+  const TableEntry* e = t->Find(key, key.Hash());
+  Resolution res;
+  if (e && !e->rejected) {
+    res.schedule = e->schedule;
+    res.hit = true;
+    return res;
+  }
+  MissEntry tmp;
+  tmp.key = key;
+  r.RefreshMiss(tmp, t, e);
+  res.schedule = tmp.fallback;
+  res.miss_kind = tmp.kind;
+  res.fallback = tmp.fallback_source;
+  if (!res.schedule.variant) return Unimplemented(tmp.fallback_source);
+  return res;
+}
+
+StatusOr<GemmPlan> Runtime::PlanGemm(const OpKey& key) {
+  if (key.op != OpKind::kGemm) return InvalidArgument(fmt::format("PlanGemm: key '{}' is not a gemm", key.ToString()));
+  CG_RETURN_IF_ERROR(key.Validate());
+  Impl& r = *impl_;
+  GemmPlan plan;
+  plan.key_ = key;
+  {
+    std::lock_guard<std::mutex> lock(r.load_mu);
+    const DispatchTable* t = r.table.load(std::memory_order_acquire);
+    const TableEntry* e = t->Find(key, key.Hash());
+    if (e && !e->rejected) {
+      plan.hit_ = true;
+      plan.schedule_ = e->schedule;
+    } else {
+      plan.miss_ = r.FindMiss(key, key.Hash(), t, e, plan.schedule_);
+      if (!plan.schedule_.variant) return Unimplemented(plan.miss_->fallback_source);
+    }
+  }
+  if (plan.hit_) {
+    std::lock_guard<std::mutex> lock(r.plans_mu);
+    auto& c = r.plan_counters[key];
+    if (!c) {
+      c = std::make_unique<PlanCounter>();
+      c->key = key;
+    }
+    plan.counter_ = c.get();
+  }
+  plan.runtime_ = &r;
+  return plan;
+}
+
+std::vector<KeyStats> Runtime::Stats() const {
+  auto m = impl_->CollectStats();
+  std::vector<KeyStats> out;
+  out.reserve(m.size());
+  for (auto& [k, s] : m) out.push_back(s);
+  std::sort(out.begin(), out.end(), [](const KeyStats& a, const KeyStats& b) {
+    return a.hits + a.misses != b.hits + b.misses ? a.hits + a.misses > b.hits + b.misses
+                                                   : a.key.ToString() < b.key.ToString();
+  });
+  return out;
+}
+
+MissReport Runtime::GetMissReport() const {
+  Impl& r = *impl_;
+  MissReport rep;
+  rep.device_fingerprint = r.device.fingerprint;
+  rep.device_name = r.device.name;
+  rep.generated_at = r.clock.ToUnixSeconds(TickClock::Now());
+  for (const auto& [k, s] : r.CollectStats()) {
+    rep.hits += s.hits;
+    rep.misses += s.misses;
+  }
+  rep.calls = rep.hits + rep.misses;
+  const double tpu = r.clock.TicksPerMicrosecond();
+  double speedup[2] = {1.0, 1.0};
+  {
+    std::lock_guard<std::mutex> lock(r.load_mu);
+    const DispatchTable* t = r.table.load(std::memory_order_acquire);
+    speedup[0] = t->ExpectedSpeedup(OpKind::kGemm);
+    speedup[1] = t->ExpectedSpeedup(OpKind::kConv2d);
+  }
+  rep.expected_speedup = speedup[0];
+  for (const auto& m : r.misses.Snap()) {
+    if (m.count == 0) continue;
+    MissRecord rec;
+    rec.key = m.key;
+    rec.kind = m.kind;
+    rec.count = m.count;
+    rec.first_seen = r.clock.ToUnixSeconds(m.first_tick);
+    rec.last_seen = r.clock.ToUnixSeconds(m.last_tick);
+    rec.fallback_us_total = double(m.fallback_ticks) / tpu;
+    rec.fallback = m.fallback;
+    const double sp = speedup[static_cast<int>(m.key.op) & 1];
+    rec.expected_gain_us = rec.fallback_us_total * (1.0 - 1.0 / sp);
+    rep.records.push_back(std::move(rec));
+  }
+  RankMissRecords(rep);
+  return rep;
+}
+
+Status Runtime::WriteMissReport(const std::string& path) const {
+  const std::string json = MissReportToJson(GetMissReport()) + "\n";
+  return WriteFileAtomic(path, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(json.data()), json.size()));
+}
+
+std::vector<LoadReport> Runtime::LoadReports() const {
+  std::lock_guard<std::mutex> lock(impl_->load_mu);
+  std::vector<LoadReport> out;
+  for (const auto& b : impl_->bundles) out.push_back(b.report);
+  return out;
+}
+
+GemmPlan::GemmPlan(GemmPlan&& o) noexcept { *this = std::move(o); }
+GemmPlan& GemmPlan::operator=(GemmPlan&& o) noexcept {
+  runtime_ = std::exchange(o.runtime_, nullptr);
+  key_ = o.key_;
+  schedule_ = o.schedule_;
+  hit_ = std::exchange(o.hit_, false);
+  counter_ = std::exchange(o.counter_, nullptr);
+  miss_ = std::exchange(o.miss_, nullptr);
+  return *this;
+}
+GemmPlan::~GemmPlan() = default;
+
+Status GemmPlan::Run(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, float alpha,
+                     float beta) const {
+  if (!runtime_) [[unlikely]] return InvalidState("GemmPlan::Run: the plan is empty (default-constructed or moved from)");
+  GemmArgs args;
+  args.trans_a = key_.trans_a;
+  args.trans_b = key_.trans_b;
+  args.m = key_.dims[0];
+  args.n = key_.dims[1];
+  args.k = key_.dims[2];
+  args.a = a;
+  args.lda = lda;
+  args.b = b;
+  args.ldb = ldb;
+  args.c = c;
+  args.ldc = ldc;
+  args.alpha = alpha;
+  args.beta = beta;
+  if (!GemmArgsLookValid(args)) [[unlikely]] return ValidateGemmArgs(args);
+  if (hit_) [[likely]] {
+    counter_->hits.fetch_add(1, std::memory_order_relaxed);
+    return RunGemm(schedule_, args);
+  }
+  const uint64_t t0 = TickClock::Now();
+  Status st = RunGemm(schedule_, args);
+  miss_->Record(t0, TickClock::Now());
+  return st;
+}
+
+}  // namespace cliffguard
