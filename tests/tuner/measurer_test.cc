@@ -1,0 +1,161 @@
+// Measurer: correctness gate, crash and hang isolation, timing sanity. Uses planted
+// kernel variants (defined here, passed explicitly) so that no real kernel has to
+// misbehave.
+#include "cliffguard/tuner/measurer.h"
+
+#include <csignal>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace cliffguard::tuner::testing {
+namespace {
+
+constexpr int32_t kBlockValues[] = {4, 8, 16, 32};
+constexpr int32_t kUnrollValues[] = {1, 2, 4};
+constexpr ParamSpec kPlantedParams[] = {
+    {"blk", kBlockValues, 8, "rows of C per block (planted test kernel)"},
+    {"unroll", kUnrollValues, 1, "k unroll (planted test kernel; no effect)"},
+};
+
+// A correct, simple GEMM: C = op(A) op(B), row-major, beta = 0.
+Status PlantedGemm(const KernelVariant&, const GemmArgs& g, const ParamValues& p) {
+  const float* a = static_cast<const float*>(g.a);
+  const float* b = static_cast<const float*>(g.b);
+  float* c = static_cast<float*>(g.c);
+  const int64_t blk = p[0];
+  for (int64_t i0 = 0; i0 < g.m; i0 += blk)
+    for (int64_t i = i0; i < std::min(g.m, i0 + blk); ++i) {
+      for (int64_t j = 0; j < g.n; ++j) c[i * g.ldc + j] = 0;
+      for (int64_t q = 0; q < g.k; ++q) {
+        const float av = g.trans_a ? a[q * g.lda + i] : a[i * g.lda + q];
+        for (int64_t j = 0; j < g.n; ++j) c[i * g.ldc + j] += av * (g.trans_b ? b[j * g.ldb + q] : b[q * g.ldb + j]);
+      }
+    }
+  return Status::Ok();
+}
+
+Status WrongGemm(const KernelVariant& v, const GemmArgs& g, const ParamValues& p) {
+  CG_RETURN_IF_ERROR(PlantedGemm(v, g, p));
+  static_cast<float*>(g.c)[(g.m - 1) * g.ldc + g.n - 1] += 0.5f;  // one wrong element
+  return Status::Ok();
+}
+
+Status CrashGemm(const KernelVariant&, const GemmArgs&, const ParamValues&) {
+  std::raise(SIGSEGV);
+  return Status::Ok();
+}
+
+Status HangGemm(const KernelVariant&, const GemmArgs&, const ParamValues&) {
+  volatile bool forever = true;
+  while (forever) {
+  }
+  return Status::Ok();
+}
+
+// The fast one is faster only because it runs the correct kernel; the planted bad
+// variants would "win" if their time counted (they do no work at all or crash).
+const KernelVariant kPlanted[] = {
+    {"test_f32_gemm_good__scalar", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, 1, 1, kPlantedParams,
+     nullptr, nullptr, nullptr, PlantedGemm},
+    {"test_f32_gemm_wrong__scalar", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, 1, 1, kPlantedParams,
+     nullptr, nullptr, nullptr, WrongGemm},
+    {"test_f32_gemm_crash__scalar", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, 1, 1, kPlantedParams,
+     nullptr, nullptr, nullptr, CrashGemm},
+    {"test_f32_gemm_hang__scalar", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, 1, 1, kPlantedParams,
+     nullptr, nullptr, nullptr, HangGemm},
+};
+
+}  // namespace
+
+// Shared with tuner_test.cc (same test binary).
+std::vector<const KernelVariant*> PlantedVariants() {
+  std::vector<const KernelVariant*> v;
+  for (const auto& k : kPlanted) v.push_back(&k);
+  return v;
+}
+
+MeasureOptions FastMeasureOptions() {
+  MeasureOptions o;
+  o.min_time_ms = 1;
+  o.warmup_ms = 0.2;
+  o.timeout_s = 1.5;
+  o.rotate_bytes = 1 << 20;
+  return o;
+}
+
+namespace {
+
+Schedule Sched(int variant, int32_t blk = 8, int32_t unroll = 1) {
+  Schedule s;
+  s.variant = &kPlanted[variant];
+  s.params[0] = blk;
+  s.params[1] = unroll;
+  return s;
+}
+
+TEST(MeasurerTest, GoodWrongCrashHangBecomeRecordsAndMeasuringGoesOn) {
+  Measurer m(HostCpuDevice(1), FastMeasureOptions());
+  const OpKey key = OpKey::Gemm(24, 40, 16);
+  std::vector<Schedule> batch = {Sched(0, 4), Sched(1), Sched(2), Sched(0, 16), Sched(3), Sched(0, 32, 4)};
+  std::vector<size_t> streamed;
+  auto res = m.Measure(key, batch, [&](size_t i, const MeasureResult&) { streamed.push_back(i); });
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  ASSERT_EQ(res->size(), batch.size());
+  EXPECT_EQ(streamed.size(), batch.size());
+  for (size_t i : {0, 3, 5}) {
+    EXPECT_TRUE((*res)[i].ok) << i << ": " << (*res)[i].error;
+    EXPECT_GT((*res)[i].median_us, 0);
+    EXPECT_EQ((*res)[i].schedule, batch[i]);
+  }
+  EXPECT_FALSE((*res)[1].ok);
+  EXPECT_NE((*res)[1].error.find("wrong result: max rel error"), std::string::npos) << (*res)[1].error;
+  EXPECT_FALSE((*res)[2].ok);
+  EXPECT_NE((*res)[2].error.find("SIGSEGV"), std::string::npos) << (*res)[2].error;
+  EXPECT_FALSE((*res)[4].ok);
+  EXPECT_NE((*res)[4].error.find("timeout"), std::string::npos) << (*res)[4].error;
+}
+
+TEST(MeasurerTest, TransposesAndSampledCheck) {
+  MeasureOptions o = FastMeasureOptions();
+  o.full_check_elements = 16;  // forces the sampled check
+  o.max_checked = 64;
+  Measurer m(HostCpuDevice(1), o);
+  for (auto [ta, tb] : {std::pair{false, true}, std::pair{true, false}, std::pair{true, true}}) {
+    const OpKey key = OpKey::Gemm(9, 33, 7, ta, tb);
+    std::vector<Schedule> batch = {Sched(0), Sched(1)};
+    auto res = m.Measure(key, batch);
+    ASSERT_TRUE(res.ok());
+    EXPECT_TRUE((*res)[0].ok) << key.ToString() << ": " << (*res)[0].error;
+    EXPECT_FALSE((*res)[1].ok) << key.ToString();  // the corner element is always checked
+  }
+}
+
+TEST(MeasurerTest, InvalidScheduleIsAnErrorRecordWithoutRunning) {
+  Measurer m(HostCpuDevice(1), FastMeasureOptions());
+  Schedule bad = Sched(0, 5);  // 5 is not an allowed blk value
+  auto res = m.Measure(OpKey::Gemm(8, 8, 8), std::vector<Schedule>{bad});
+  ASSERT_TRUE(res.ok());
+  EXPECT_FALSE((*res)[0].ok);
+  EXPECT_NE((*res)[0].error.find("invalid schedule"), std::string::npos) << (*res)[0].error;
+}
+
+TEST(MeasurerTest, InterleavedRemeasureAndDefaultSchedule) {
+  Measurer m(HostCpuDevice(1), FastMeasureOptions());
+  const OpKey key = OpKey::Gemm(16, 32, 16);
+  std::vector<Schedule> batch = {Sched(0, 4), Sched(0, 8), Sched(1)};
+  auto res = m.MeasureInterleaved(key, batch);
+  ASSERT_TRUE(res.ok());
+  EXPECT_TRUE((*res)[0].ok);
+  EXPECT_TRUE((*res)[1].ok);
+  EXPECT_FALSE((*res)[2].ok);
+  auto def = DefaultSchedule(key, m.device());
+  if (def.ok()) {
+    auto d = m.Measure(key, std::vector<Schedule>{*def});
+    ASSERT_TRUE(d.ok());
+    EXPECT_TRUE((*d)[0].ok) << (*d)[0].error;
+  }
+}
+
+}  // namespace
+}  // namespace cliffguard::tuner::testing

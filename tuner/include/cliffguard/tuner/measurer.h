@@ -1,0 +1,112 @@
+// The measurer: times candidate schedules for one op key on the CPU, running
+// exactly the kernels the runtime dispatches to (RunGemm), behind a correctness
+// gate and in an isolated worker process.
+//
+// Per batch, the measurer forks a worker process that measures the candidates one
+// after another and streams one result per candidate back through a pipe. The
+// parent enforces a per-candidate timeout. When a candidate crashes the worker
+// (any signal) or hangs (timeout, then SIGKILL), that candidate becomes an error
+// record naming the signal or the timeout, and a new worker resumes with the
+// remaining candidates. The tuner process itself never runs a candidate kernel.
+//
+// Per candidate, in the worker:
+//   1. correctness gate: one call on inputs whose output buffer is pre-filled with
+//      NaN, compared against a double-precision reference of the same inputs
+//      (computed once per key in the parent and cached; every output element for
+//      outputs up to MeasureOptions::full_check_elements, else a random sample of
+//      max_checked elements plus the four corners). The error of element (i,j) is
+//      |c_ij - ref_ij| / sum_k |a_ik b_kj|; a maximum above the tolerance (or a
+//      NaN) makes the candidate the error record
+//      "wrong result: max rel error X > tol T at (i,j)", which can never win.
+//   2. warm-up: calls for warmup_ms (at least one call).
+//   3. timing: single calls, each timed with steady_clock, until the timed calls
+//      sum to min_time_ms and at least min_repeats were made; the result is the
+//      median per-call time.
+// Inputs are rotated across several identical copies (A, B and C) so that a call
+// does not find its operands in cache from the previous call: the copies together
+// cover twice the cache of the device (L3 + L2 x threads; 32 MiB when unknown),
+// at most max_copies copies and 1 GiB. This models serving, where other layers'
+// activations and weights displace an operator's operands between its calls.
+//
+// Threads: the kernel runs with the thread count of its schedule ("threads" /
+// "par" parameters); the measurer adds no threading of its own.
+//
+// Not thread-safe: one Measurer per thread. Measure() blocks until the batch is done.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cliffguard/device.h"
+#include "cliffguard/kernel.h"
+#include "cliffguard/op_key.h"
+#include "cliffguard/status.h"
+#include "cliffguard/tuner/strategy.h"
+
+namespace cliffguard::tuner {
+
+struct MeasureOptions {
+  double min_time_ms = 30;      // timed calls per candidate sum to at least this (ms)
+  int min_repeats = 3;          // and number at least this many calls
+  int max_repeats = 100000;     // stop after this many calls even if min_time_ms is not reached
+  double warmup_ms = 2;         // untimed calls before timing (at least one call), ms
+  int64_t rotate_bytes = 0;     // footprint the rotated input copies should cover; 0: 2 x device cache
+  int max_copies = 16;          // at most this many copies of (A, B, C)
+  // Per-candidate timeout in seconds (from the candidate's start to its result);
+  // 0: 30 s. Worker start-up (buffer allocation) gets 60 s more.
+  double timeout_s = 0;
+  // Maximum relative error (see the file comment) a correct output may have.
+  double tolerance = 1e-5;
+  int64_t full_check_elements = 65536;  // outputs up to this size are checked entirely
+  int64_t max_checked = 4096;           // else this many sampled elements
+  uint64_t data_seed = 42;              // inputs are uniform in [-1, 1] from this seed and the key
+  // Near-tie re-measurement (MeasureInterleaved): rounds over the candidates;
+  // each round gives each candidate min_time_ms / 2 of timed calls.
+  int interleave_rounds = 4;
+};
+
+class Measurer {
+ public:
+  explicit Measurer(DeviceInfo device, MeasureOptions options = {});
+  ~Measurer();
+  Measurer(const Measurer&) = delete;
+  Measurer& operator=(const Measurer&) = delete;
+
+  const DeviceInfo& device() const { return device_; }
+  const MeasureOptions& options() const { return options_; }
+
+  // Called in the parent as each result arrives (index into the batch). The
+  // tuner appends it to the log from here, so a killed run loses at most the
+  // candidate in flight.
+  using ResultCallback = std::function<void(size_t index, const MeasureResult& result)>;
+
+  // Measures every schedule for `key`; returns one result per schedule, in order.
+  // Schedules that fail CheckSchedule become error records without running.
+  // Failures of candidates are results, never a non-OK return; the call fails only
+  // when the key is invalid or the operating system refuses a pipe or fork.
+  StatusOr<std::vector<MeasureResult>> Measure(const OpKey& key, std::span<const Schedule> schedules,
+                                               const ResultCallback& on_result = {});
+
+  // Re-measures candidates together for a near-tie decision: interleave_rounds
+  // rounds, each timing every candidate in turn, so slow drift of the machine
+  // (frequency, other processes) affects all of them alike. The median over all
+  // timed calls of a candidate is its result.
+  StatusOr<std::vector<MeasureResult>> MeasureInterleaved(const OpKey& key, std::span<const Schedule> schedules);
+
+  struct KeyData;  // inputs and reference of one key (internal)
+
+ private:
+  StatusOr<std::vector<MeasureResult>> Run(const OpKey& key, std::span<const Schedule> schedules, bool interleaved,
+                                           const ResultCallback& on_result);
+  StatusOr<const KeyData*> DataFor(const OpKey& key);
+
+  DeviceInfo device_;
+  MeasureOptions options_;
+  std::vector<std::unique_ptr<KeyData>> cache_;  // most recent last; a few keys
+};
+
+}  // namespace cliffguard::tuner

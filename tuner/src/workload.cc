@@ -1,0 +1,135 @@
+#include "cliffguard/tuner/workload.h"
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+#include <unordered_set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace cliffguard::tuner {
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+// Line number (1-based) of byte offset `pos` in `text`.
+int LineOf(std::string_view text, size_t pos) {
+  int line = 1;
+  for (size_t i = 0; i < pos && i < text.size(); ++i) line += text[i] == '\n';
+  return line;
+}
+
+StatusOr<OpKey> ParseKeyText(std::string_view text, std::string_view source, int line) {
+  auto key = OpKey::Parse(text);
+  if (!key.ok())
+    return InvalidArgument(fmt::format("{}:{}: '{}' is not a canonical op key: {}", source, line, text,
+                                       key.status().message()));
+  Status st = key->Validate();
+  if (!st.ok()) return InvalidArgument(fmt::format("{}:{}: '{}': {}", source, line, text, st.message()));
+  return key;
+}
+
+}  // namespace
+
+std::vector<OpKey> DedupKeys(const std::vector<OpKey>& keys) {
+  std::unordered_set<OpKey, OpKeyHash> seen;
+  std::vector<OpKey> out;
+  for (const auto& k : keys)
+    if (seen.insert(k).second) out.push_back(k);
+  return out;
+}
+
+StatusOr<std::vector<OpKey>> ParseWorkload(std::string_view text, std::string_view source) {
+  std::vector<OpKey> keys;
+  const std::string_view trimmed = Trim(text);
+  size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string_view::npos && text[first] == '[') {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(text.begin(), text.end());
+    } catch (const nlohmann::json::parse_error& e) {
+      return InvalidArgument(fmt::format("{}:{}: not valid JSON (workload as a JSON array of op key strings): {}",
+                                         source, LineOf(text, e.byte > 0 ? e.byte - 1 : 0), e.what()));
+    }
+    if (!j.is_array()) return InvalidArgument(fmt::format("{}: a JSON workload must be an array of strings", source));
+    // Line numbers for array elements: locate each string in the text in order.
+    size_t search_from = first;
+    for (size_t i = 0; i < j.size(); ++i) {
+      if (!j[i].is_string())
+        return InvalidArgument(fmt::format("{}: element {} is {}, not an op key string", source, i, j[i].dump()));
+      const std::string s = j[i].get<std::string>();
+      size_t pos = text.find(s, search_from);
+      int line = pos == std::string_view::npos ? 0 : LineOf(text, pos);
+      if (pos != std::string_view::npos) search_from = pos + s.size();
+      CG_ASSIGN_OR_RETURN(OpKey key, ParseKeyText(Trim(s), source, line));
+      keys.push_back(key);
+    }
+  } else {
+    int line_no = 0;
+    size_t pos = 0;
+    while (pos <= text.size()) {
+      size_t nl = text.find('\n', pos);
+      if (nl == std::string_view::npos) nl = text.size();
+      ++line_no;
+      std::string_view line = text.substr(pos, nl - pos);
+      if (size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+      line = Trim(line);
+      if (!line.empty()) {
+        CG_ASSIGN_OR_RETURN(OpKey key, ParseKeyText(line, source, line_no));
+        keys.push_back(key);
+      }
+      pos = nl + 1;
+    }
+  }
+  (void)trimmed;
+  if (keys.empty()) return InvalidArgument(fmt::format("{}: the workload lists no op keys", source));
+  return DedupKeys(keys);
+}
+
+StatusOr<std::vector<OpKey>> ReadWorkloadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound(fmt::format("workload file '{}' cannot be opened", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseWorkload(ss.str(), path);
+}
+
+StatusOr<OpKey> ParseGemmShape(std::string_view text, DType dtype) {
+  std::vector<std::string_view> parts;
+  size_t pos = 0;
+  while (true) {
+    size_t comma = text.find(',', pos);
+    parts.push_back(Trim(text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos)));
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  if (parts.size() != 3 && parts.size() != 4)
+    return InvalidArgument(fmt::format("--shape '{}': expected M,N,K or M,N,K,TT (TT in nn, nt, tn, tt)", text));
+  int64_t d[3];
+  const char* names[3] = {"M", "N", "K"};
+  for (int i = 0; i < 3; ++i) {
+    auto [p, ec] = std::from_chars(parts[i].data(), parts[i].data() + parts[i].size(), d[i]);
+    if (ec != std::errc() || p != parts[i].data() + parts[i].size() || parts[i].empty())
+      return InvalidArgument(fmt::format("--shape '{}': {}='{}' is not an integer", text, names[i], parts[i]));
+    if (d[i] < 1) return InvalidArgument(fmt::format("--shape '{}': {}={} must be >= 1", text, names[i], d[i]));
+  }
+  bool ta = false, tb = false;
+  if (parts.size() == 4) {
+    std::string_view t = parts[3];
+    if (t.size() != 2 || (t[0] != 'n' && t[0] != 't') || (t[1] != 'n' && t[1] != 't'))
+      return InvalidArgument(fmt::format("--shape '{}': transposes '{}' must be one of nn, nt, tn, tt", text, t));
+    ta = t[0] == 't';
+    tb = t[1] == 't';
+  }
+  OpKey key = OpKey::Gemm(d[0], d[1], d[2], ta, tb, dtype);
+  Status st = key.Validate();
+  if (!st.ok()) return InvalidArgument(fmt::format("--shape '{}': {}", text, st.message()));
+  return key;
+}
+
+}  // namespace cliffguard::tuner
