@@ -242,7 +242,8 @@ TEST(FeaturesTest, FixedLengthNamedAndDerived) {
   EXPECT_FLOAT_EQ(at(f, "tiles_k"), 2);      // ceil(30/16)
   EXPECT_FLOAT_EQ(at(f, "ws_a_over_l1"), 8.0f * 16 * 4 / (32 << 10));
   EXPECT_FLOAT_EQ(at(f, "threads_eff"), 2);
-  EXPECT_FLOAT_EQ(at(f, "par_imbalance"), 0);  // 2 mc blocks on 2 threads
+  EXPECT_FLOAT_EQ(at(f, "par_imbalance"), 0.5f);  // no par: jc, 1 N block on 2 threads
+  EXPECT_FLOAT_EQ(at(f, "ic_imbalance"), 0);       // 2 mc blocks on 2 threads
   for (float x : f) EXPECT_TRUE(std::isfinite(x));
   const auto none = ExtractFeatures(key, Schedule{}, d);
   EXPECT_TRUE(std::all_of(none.begin(), none.end(), [](float x) { return x == -1; }));

@@ -127,7 +127,7 @@ void ExtractFeatures(const OpKey& key, const Schedule& schedule, const DeviceInf
   const double dev_threads = std::max(1, device.threads);
   const double it_ic = tiles_m, it_jc = tiles_n, it_2d = tiles_m * tiles_n, it_jr = CeilDiv(nc_e, nr);
   const int par = raw[kPar] >= 0 ? static_cast<int>(raw[kPar]) : 0;
-  const double par_items = par == 0 ? it_ic : par == 1 ? it_jc : par == 3 ? it_jr : it_2d;
+  const double par_items = par == 0 ? it_jc : par == 1 ? it_ic : par == 2 ? it_jr : it_2d;
 
   int i = 0;
 #define CG_FEATURE_VALUE(name, expr) out[i++] = static_cast<float>(expr);

@@ -9,10 +9,10 @@
 // 1, par = 0). Generic slots p0..p9 also carry the raw values in declaration order,
 // so variants with other parameter names (cuda) still give the model their knobs.
 //
-// `par` is read as: 0 = the mc-block loop (ic) is parallel, 1 = the nc-block loop
-// (jc), 2 = both (ic x jc blocks), 3 = the nr micro-tile loop inside a block (jr);
-// other values use the 2-D split. Work-item features for every split are included
-// too, so a different meaning of `par` is still learnable.
+// `par` is read as in runtime/kernels/cpu/gemm_params.h: 0 = jc (nc blocks of N are
+// split across threads), 1 = ic (mc blocks of M), 2 = jr (nr micro-panels inside an
+// nc block); other values count ic x jc blocks. Work-item features for every split
+// are included too, so another meaning of `par` stays learnable.
 //
 // Thread-safety: pure functions.
 #pragma once
