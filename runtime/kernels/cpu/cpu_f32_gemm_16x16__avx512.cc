@@ -1,0 +1,4 @@
+// cpu_f32_gemm_16x16__avx512: avx512 fp32 GEMM micro-kernel, 16x16 register tile.
+#include "kernels/cpu/gemm_ukernel_avx512.h"
+
+CG_DEFINE_GEMM_UKERNEL(cpu_f32_gemm_16x16__avx512, Avx512Traits, 16, 16)

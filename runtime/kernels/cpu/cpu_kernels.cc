@@ -1,0 +1,69 @@
+#include "kernels/cpu/cpu_kernels.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "kernels/cpu/gemm_driver.h"
+#include "kernels/cpu/gemm_params.h"
+#include "kernels/cpu/gemm_ukernel.h"
+
+namespace cliffguard::cpu {
+namespace {
+
+// Work per extra thread below which fit_defaults does not add threads (flops):
+// waking a worker and splitting costs a few microseconds.
+constexpr double kFlopsPerThread = 4e6;
+// fit_defaults reads B in place (pack_b = 0) when M has at most this many mr panels.
+constexpr int64_t kInPlaceBMaxPanels = 2;
+
+template <UkernelFn kUkernel, int MR, int NR>
+Status GemmEntry(const KernelVariant& self, const GemmArgs& args, const ParamValues& params) {
+  if (args.dtype != DType::kF32)
+    return Unimplemented(fmt::format("{}: runs f32, not {}", self.name, DTypeName(args.dtype)));
+  return GemmF32(args, BlockingFromParams(params), kUkernel, MR, NR);
+}
+
+}  // namespace
+
+Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device) {
+  if (p[kParamMc] % v.mr != 0)
+    return InvalidArgument(fmt::format("{}: mc={} must be a multiple of mr={}", v.name, p[kParamMc], v.mr));
+  if (p[kParamNc] % v.nr != 0)
+    return InvalidArgument(fmt::format("{}: nc={} must be a multiple of nr={}", v.name, p[kParamNc], v.nr));
+  if (p[kParamThreads] > device.threads)
+    return InvalidArgument(
+        fmt::format("{}: threads={} must be <= device threads={}", v.name, p[kParamThreads], device.threads));
+  if (p[kParamPackB] == 0 && key.trans_b)
+    return InvalidArgument(fmt::format("{}: pack_b=0 needs B not transposed (key {} has trans_b)", v.name,
+                                       key.ToString()));
+  return Status::Ok();
+}
+
+void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
+  const double work = key.Flops() / kFlopsPerThread;
+  const int64_t limit = std::max<int64_t>(1, std::min<double>(device.threads, std::max(1.0, work)));
+  int32_t threads = 1;
+  for (int32_t t : kGemmThreadValues)
+    if (t <= limit) threads = t;
+  p[kParamThreads] = threads;
+  const int64_t n_panels = (key.n() + v.nr - 1) / v.nr, m_panels = (key.m() + v.mr - 1) / v.mr;
+  if (threads > 1 && n_panels < threads && m_panels > n_panels) p[kParamPar] = kParM;
+  if (key.trans_b) {
+    p[kParamPackB] = 1;
+  } else if (m_panels <= kInPlaceBMaxPanels) {
+    p[kParamPackB] = 0;
+  }
+}
+
+std::span<const KernelVariant> CpuKernelVariants() {
+  static constexpr KernelVariant kVariants[] = {
+#define CG_KERNEL(isa, name, mr, nr)                                                                   \
+  {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, mr, nr, GemmParamSet<mr, nr>::kSpecs, nullptr, \
+   &GemmCheck, &GemmFitDefaults, &GemmEntry<&name##_ukernel, mr, nr>},
+#include "kernels/cpu/gemm_f32.inc"
+  };
+  return kVariants;
+}
+
+}  // namespace cliffguard::cpu

@@ -1,0 +1,387 @@
+#include "kernels/cpu/gemm_driver.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "kernels/cpu/thread_pool.h"
+
+namespace cliffguard::cpu {
+namespace {
+
+constexpr int64_t kAlignFloats = 16;  // 64 bytes
+
+int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+int64_t CeilDiv(int64_t x, int64_t m) { return (x + m - 1) / m; }
+
+// Grow-only, 64-byte aligned scratch owned by one thread.
+class Scratch {
+ public:
+  ~Scratch() { std::free(p_); }
+  float* Get(int64_t floats) {
+    if (floats > cap_) {
+      std::free(p_);
+      const size_t bytes = static_cast<size_t>(RoundUp(floats, kAlignFloats)) * sizeof(float);
+      p_ = static_cast<float*>(std::aligned_alloc(64, bytes));
+      cap_ = p_ ? floats : 0;
+    }
+    return p_;
+  }
+
+ private:
+  float* p_ = nullptr;
+  int64_t cap_ = 0;
+};
+
+thread_local Scratch tls_scratch;
+
+// Contiguous share [begin, end) of `total` units for thread `tid` of `nt`.
+void Split(int64_t total, int tid, int nt, int64_t& begin, int64_t& end) {
+  const int64_t q = total / nt, r = total % nt;
+  begin = tid * q + std::min<int64_t>(tid, r);
+  end = begin + q + (tid < r ? 1 : 0);
+}
+
+struct AView {
+  const float* base;
+  int64_t panel_stride, rs, ks;
+};
+
+struct BView {
+  const float* base;
+  int64_t panel_stride, ks;
+  int64_t edge_q;  // index of the packed edge panel when B is read in place, else -1
+  const float* edge;
+};
+
+struct Ctx {
+  int64_t m, n, k;
+  const float* a;
+  int64_t lda;
+  bool ta;
+  const float* b;
+  int64_t ldb;
+  bool tb;
+  float* c;
+  int64_t ldc;
+  float alpha, beta;
+  UkernelFn uk;
+  int mr, nr;
+  GemmBlocking blk;  // mc, kc, nc clipped to the problem
+  int64_t a_floats, b_floats, edge_floats;
+  float* shared;       // par 1, 2: B block (or edge panel) then A block (par 2)
+  float* priv;         // per-thread regions of priv_stride floats
+  int64_t priv_stride;
+  SpinBarrier* barrier;
+};
+
+// Packs panels [r0, r1) of the op(A) block rows [ic, ic+mcb) x depth [pc, pc+kcb):
+// panel r at dst + r*mr*kcb, element (i, p) at [p*mr + i]. Rows past mcb are not
+// written (the micro-kernel never reads them).
+void PackA(const Ctx& c, int64_t ic, int64_t mcb, int64_t pc, int64_t kcb, int64_t r0, int64_t r1, float* dst) {
+  const int mr = c.mr;
+  for (int64_t r = r0; r < r1; ++r) {
+    float* d = dst + r * mr * kcb;
+    const int64_t ib = ic + r * mr;
+    const int mb = static_cast<int>(std::min<int64_t>(mr, mcb - r * mr));
+    if (!c.ta) {
+      constexpr int kChunk = 8;
+      int64_t p = 0;
+      for (; p + kChunk <= kcb; p += kChunk)
+        for (int i = 0; i < mb; ++i) {
+          const float* s = c.a + (ib + i) * c.lda + pc + p;
+          for (int u = 0; u < kChunk; ++u) d[(p + u) * mr + i] = s[u];
+        }
+      for (; p < kcb; ++p)
+        for (int i = 0; i < mb; ++i) d[p * mr + i] = c.a[(ib + i) * c.lda + pc + p];
+    } else {
+      for (int64_t p = 0; p < kcb; ++p) std::memcpy(d + p * mr, c.a + (pc + p) * c.lda + ib, mb * sizeof(float));
+    }
+  }
+}
+
+// Packs panels [q0, q1) of the op(B) block depth [pc, pc+kcb) x columns [jc, jc+ncb):
+// panel q at dst + q*nr*kcb, element (p, j) at [p*nr + j], zero padded to nr.
+void PackB(const Ctx& c, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, int64_t q0, int64_t q1, float* dst) {
+  const int nr = c.nr;
+  for (int64_t q = q0; q < q1; ++q) {
+    float* d = dst + q * nr * kcb;
+    const int64_t jb = jc + q * nr;
+    const int nb = static_cast<int>(std::min<int64_t>(nr, ncb - q * nr));
+    if (!c.tb) {
+      for (int64_t p = 0; p < kcb; ++p) {
+        std::memcpy(d + p * nr, c.b + (pc + p) * c.ldb + jb, nb * sizeof(float));
+        for (int j = nb; j < nr; ++j) d[p * nr + j] = 0.0f;
+      }
+    } else {
+      if (nb < nr)
+        for (int64_t p = 0; p < kcb; ++p)
+          for (int j = nb; j < nr; ++j) d[p * nr + j] = 0.0f;
+      constexpr int kChunk = 8;
+      int64_t p = 0;
+      for (; p + kChunk <= kcb; p += kChunk)
+        for (int j = 0; j < nb; ++j) {
+          const float* s = c.b + (jb + j) * c.ldb + pc + p;
+          for (int u = 0; u < kChunk; ++u) d[(p + u) * nr + j] = s[u];
+        }
+      for (; p < kcb; ++p)
+        for (int j = 0; j < nb; ++j) d[p * nr + j] = c.b[(jb + j) * c.ldb + pc + p];
+    }
+  }
+}
+
+// Packs A panels [r0, r1) into dst (pack_a) or describes A in place.
+AView PrepareA(const Ctx& c, int64_t ic, int64_t mcb, int64_t pc, int64_t kcb, int64_t r0, int64_t r1, float* dst) {
+  if (c.blk.pack_a) {
+    PackA(c, ic, mcb, pc, kcb, r0, r1, dst);
+    return {dst, c.mr * kcb, 1, c.mr};
+  }
+  if (!c.ta) return {c.a + ic * c.lda + pc, c.mr * c.lda, c.lda, 1};
+  return {c.a + pc * c.lda + ic, c.mr, 1, c.lda};
+}
+
+// Packs B panels [q0, q1) into dst (pack_b), or describes B in place and packs only
+// its partial last panel (if it lies in [q0, q1)) so that every panel has nr
+// readable columns.
+BView PrepareB(const Ctx& c, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, int64_t q0, int64_t q1, float* dst) {
+  if (c.blk.pack_b) {
+    PackB(c, jc, ncb, pc, kcb, q0, q1, dst);
+    return {dst, c.nr * kcb, c.nr, -1, nullptr};
+  }
+  BView v{c.b + pc * c.ldb + jc, c.nr, c.ldb, -1, dst};
+  if (ncb % c.nr != 0) {
+    v.edge_q = ncb / c.nr;
+    if (v.edge_q >= q0 && v.edge_q < q1) {
+      const int nb = static_cast<int>(ncb % c.nr);
+      for (int64_t p = 0; p < kcb; ++p) {
+        std::memcpy(dst + p * c.nr, v.base + p * c.ldb + v.edge_q * c.nr, nb * sizeof(float));
+        for (int j = nb; j < c.nr; ++j) dst[p * c.nr + j] = 0.0f;
+      }
+    }
+  }
+  return v;
+}
+
+// Micro-kernel loops over B panels [q0, q1) and all A panels of one block.
+void ComputeBlock(const Ctx& c, const AView& av, const BView& bv, int64_t ic, int64_t mcb, int64_t jc, int64_t ncb,
+                  int64_t kcb, float beta, int64_t q0, int64_t q1) {
+  UkArgs u;
+  u.kc = kcb;
+  u.ldc = c.ldc;
+  u.alpha = c.alpha;
+  u.beta = beta;
+  u.unroll_k = c.blk.unroll_k;
+  u.prefetch = c.blk.prefetch;
+  u.a_rs = av.rs;
+  u.a_ks = av.ks;
+  const int64_t rpanels = CeilDiv(mcb, c.mr);
+  for (int64_t q = q0; q < q1; ++q) {
+    u.n = static_cast<int>(std::min<int64_t>(c.nr, ncb - q * c.nr));
+    if (q == bv.edge_q) {
+      u.b = bv.edge;
+      u.b_ks = c.nr;
+    } else {
+      u.b = bv.base + q * bv.panel_stride;
+      u.b_ks = bv.ks;
+    }
+    float* cq = c.c + ic * c.ldc + jc + q * c.nr;
+    for (int64_t r = 0; r < rpanels; ++r) {
+      u.m = static_cast<int>(std::min<int64_t>(c.mr, mcb - r * c.mr));
+      u.a = av.base + r * av.panel_stride;
+      u.c = cq + r * c.mr * c.ldc;
+      c.uk(u);
+    }
+  }
+}
+
+// par = 0: each thread owns a contiguous range of nr panels of N and runs the
+// whole loop nest over it with private packing buffers; no synchronization.
+void RunParN(const Ctx& c, int tid, int nt) {
+  int64_t q_begin, q_end;
+  Split(CeilDiv(c.n, c.nr), tid, nt, q_begin, q_end);
+  const int64_t n0 = q_begin * c.nr, n1 = std::min(c.n, q_end * c.nr);
+  float* pa = c.priv + tid * c.priv_stride;
+  float* pb = pa + RoundUp(c.a_floats, kAlignFloats);
+  const GemmBlocking& blk = c.blk;
+  for (int64_t jc = n0; jc < n1; jc += blk.nc) {
+    const int64_t ncb = std::min(blk.nc, n1 - jc), qn = CeilDiv(ncb, c.nr);
+    for (int64_t pc = 0; pc < c.k; pc += blk.kc) {
+      const int64_t kcb = std::min(blk.kc, c.k - pc);
+      const float beta = pc == 0 ? c.beta : 1.0f;
+      const BView bv = PrepareB(c, jc, ncb, pc, kcb, 0, qn, pb);
+      for (int64_t ic = 0; ic < c.m; ic += blk.mc) {
+        const int64_t mcb = std::min(blk.mc, c.m - ic);
+        const AView av = PrepareA(c, ic, mcb, pc, kcb, 0, CeilDiv(mcb, c.mr), pa);
+        ComputeBlock(c, av, bv, ic, mcb, jc, ncb, kcb, beta, 0, qn);
+      }
+    }
+  }
+}
+
+// par = 1: the B block is packed by all threads into a shared buffer; each thread
+// owns a contiguous range of mr panels of M and packs its own A blocks.
+void RunParM(const Ctx& c, int tid, int nt) {
+  int64_t r_begin, r_end;
+  Split(CeilDiv(c.m, c.mr), tid, nt, r_begin, r_end);
+  const int64_t m0 = r_begin * c.mr, m1 = std::min(c.m, r_end * c.mr);
+  float* pa = c.priv + tid * c.priv_stride;
+  const GemmBlocking& blk = c.blk;
+  for (int64_t jc = 0; jc < c.n; jc += blk.nc) {
+    const int64_t ncb = std::min(blk.nc, c.n - jc), qn = CeilDiv(ncb, c.nr);
+    int64_t q0, q1;
+    Split(qn, tid, nt, q0, q1);
+    for (int64_t pc = 0; pc < c.k; pc += blk.kc) {
+      const int64_t kcb = std::min(blk.kc, c.k - pc);
+      const float beta = pc == 0 ? c.beta : 1.0f;
+      const BView bv = PrepareB(c, jc, ncb, pc, kcb, q0, q1, c.shared);
+      c.barrier->Wait(nt);
+      for (int64_t ic = m0; ic < m1; ic += blk.mc) {
+        const int64_t mcb = std::min(blk.mc, m1 - ic);
+        const AView av = PrepareA(c, ic, mcb, pc, kcb, 0, CeilDiv(mcb, c.mr), pa);
+        ComputeBlock(c, av, bv, ic, mcb, jc, ncb, kcb, beta, 0, qn);
+      }
+      c.barrier->Wait(nt);
+    }
+  }
+}
+
+// par = 2: B and A blocks are packed cooperatively into shared buffers; threads
+// split the nr micro-panels of each block (BLIS jr loop).
+void RunParMicroPanels(const Ctx& c, int tid, int nt) {
+  const GemmBlocking& blk = c.blk;
+  float* sa = c.shared + RoundUp(std::max(c.b_floats, c.edge_floats), kAlignFloats);
+  for (int64_t jc = 0; jc < c.n; jc += blk.nc) {
+    const int64_t ncb = std::min(blk.nc, c.n - jc), qn = CeilDiv(ncb, c.nr);
+    int64_t q0, q1;
+    Split(qn, tid, nt, q0, q1);
+    for (int64_t pc = 0; pc < c.k; pc += blk.kc) {
+      const int64_t kcb = std::min(blk.kc, c.k - pc);
+      const float beta = pc == 0 ? c.beta : 1.0f;
+      const BView bv = PrepareB(c, jc, ncb, pc, kcb, q0, q1, c.shared);
+      c.barrier->Wait(nt);
+      for (int64_t ic = 0; ic < c.m; ic += blk.mc) {
+        const int64_t mcb = std::min(blk.mc, c.m - ic);
+        int64_t r0, r1;
+        Split(CeilDiv(mcb, c.mr), tid, nt, r0, r1);
+        const AView av = PrepareA(c, ic, mcb, pc, kcb, r0, r1, sa);
+        if (blk.pack_a) c.barrier->Wait(nt);
+        ComputeBlock(c, av, bv, ic, mcb, jc, ncb, kcb, beta, q0, q1);
+        if (blk.pack_a) c.barrier->Wait(nt);
+      }
+      c.barrier->Wait(nt);
+    }
+  }
+}
+
+void RunThread(void* ctx, int tid, int nt) {
+  const Ctx& c = *static_cast<const Ctx*>(ctx);
+  switch (c.blk.par) {
+    case kParM:
+      RunParM(c, tid, nt);
+      break;
+    case kParMicroPanels:
+      RunParMicroPanels(c, tid, nt);
+      break;
+    default:
+      RunParN(c, tid, nt);
+      break;
+  }
+}
+
+void ScaleC(const GemmArgs& a) {
+  float* c = static_cast<float*>(a.c);
+  for (int64_t i = 0; i < a.m; ++i) {
+    float* row = c + i * a.ldc;
+    if (a.beta == 0.0f) {
+      std::fill(row, row + a.n, 0.0f);
+    } else if (a.beta != 1.0f) {
+      for (int64_t j = 0; j < a.n; ++j) row[j] *= a.beta;
+    }
+  }
+}
+
+}  // namespace
+
+GemmBlocking BlockingFromParams(const ParamValues& p) {
+  GemmBlocking b;
+  b.mc = p[kParamMc];
+  b.kc = p[kParamKc];
+  b.nc = p[kParamNc];
+  b.par = p[kParamPar];
+  b.threads = p[kParamThreads];
+  b.unroll_k = p[kParamUnrollK];
+  b.prefetch = p[kParamPrefetch];
+  b.pack_a = p[kParamPackA] != 0;
+  b.pack_b = p[kParamPackB] != 0;
+  return b;
+}
+
+Status GemmF32(const GemmArgs& args, const GemmBlocking& blk_in, UkernelFn ukernel, int mr, int nr) {
+  if (args.alpha == 0.0f) {  // BLAS semantics: A and B are not read
+    ScaleC(args);
+    return Status::Ok();
+  }
+  Ctx c;
+  c.m = args.m;
+  c.n = args.n;
+  c.k = args.k;
+  c.a = static_cast<const float*>(args.a);
+  c.lda = args.lda;
+  c.ta = args.trans_a;
+  c.b = static_cast<const float*>(args.b);
+  c.ldb = args.ldb;
+  c.tb = args.trans_b;
+  c.c = static_cast<float*>(args.c);
+  c.ldc = args.ldc;
+  c.alpha = args.alpha;
+  c.beta = args.beta;
+  c.uk = ukernel;
+  c.mr = mr;
+  c.nr = nr;
+  c.blk = blk_in;
+  GemmBlocking& blk = c.blk;
+  if (args.trans_b) blk.pack_b = true;  // check() rejects this; stay correct anyway
+  blk.mc = std::max<int64_t>(mr, std::min(RoundUp(blk.mc, mr), RoundUp(c.m, mr)));
+  blk.nc = std::max<int64_t>(nr, std::min(RoundUp(blk.nc, nr), RoundUp(c.n, nr)));
+  blk.kc = std::max<int64_t>(1, std::min(blk.kc, c.k));
+
+  int64_t units = CeilDiv(c.n, nr);
+  if (blk.par == kParM) units = CeilDiv(c.m, mr);
+  if (blk.par == kParMicroPanels) units = CeilDiv(blk.nc, nr);
+  const int nt = static_cast<int>(std::clamp<int64_t>(std::min<int64_t>(blk.threads, units), 1,
+                                                      ThreadPool::kMaxThreads));
+
+  c.a_floats = blk.mc * blk.kc;
+  c.b_floats = blk.nc * blk.kc;
+  c.edge_floats = blk.kc * nr;
+  const int64_t b_region = RoundUp(blk.pack_b ? c.b_floats : c.edge_floats, kAlignFloats);
+  const int64_t a_region = RoundUp(c.a_floats, kAlignFloats);
+  int64_t shared = 0, priv = 0;
+  switch (blk.par) {
+    case kParM:
+      shared = b_region;
+      priv = blk.pack_a ? a_region : 0;
+      break;
+    case kParMicroPanels:
+      shared = RoundUp(std::max(c.b_floats, c.edge_floats), kAlignFloats) + (blk.pack_a ? a_region : 0);
+      break;
+    default:
+      priv = a_region + b_region;
+      break;
+  }
+  c.priv_stride = priv;
+  float* base = tls_scratch.Get(shared + priv * nt + kAlignFloats);
+  if (!base)
+    return Internal(fmt::format("gemm: cannot allocate {} bytes of packing scratch",
+                                (shared + priv * nt) * static_cast<int64_t>(sizeof(float))));
+  c.shared = base;
+  c.priv = base + shared;
+  SpinBarrier barrier;
+  c.barrier = &barrier;
+  ThreadPool::Global().Run(nt, &RunThread, &c);
+  return Status::Ok();
+}
+
+}  // namespace cliffguard::cpu

@@ -1,0 +1,82 @@
+// Tunable parameters of the CPU fp32 GEMM family, as data (STYLE H4/H10). Every
+// variant declares the same parameters in the same order (GemmParam in
+// gemm_driver.h); mc and nc lists are per variant (multiples of its mr / nr), the
+// others are shared. The tuner builds its search space from these lists:
+// 14 * 14 * 14 (mc, kc, nc) * 3 (par) * 7 (threads) * 4 (unroll_k) * 5 (prefetch)
+// * 2 * 2 (pack_a, pack_b) = 4.6e6 schedules per variant and shape before the
+// threads <= device.threads constraint (1.3e6 on a 2-thread device).
+#pragma once
+
+#include <cstdint>
+
+#include "cliffguard/kernel.h"
+
+namespace cliffguard::cpu {
+
+// Indices of the family's tunable parameters in ParamValues (declaration order of
+// GemmParamSet::kSpecs).
+enum GemmParam : int {
+  kParamMc = 0,
+  kParamKc,
+  kParamNc,
+  kParamPar,
+  kParamThreads,
+  kParamUnrollK,
+  kParamPrefetch,
+  kParamPackA,
+  kParamPackB,
+  kNumGemmParams,
+};
+
+// Values of `par`: which loop is split across threads.
+enum GemmPar : int { kParN = 0, kParM = 1, kParMicroPanels = 2 };
+
+// Multipliers of mr (for mc) and nr (for nc).
+inline constexpr int32_t kGemmBlockMultipliers[] = {1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64};
+inline constexpr int32_t kGemmNcMultipliers[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128};
+inline constexpr int32_t kGemmKcValues[] = {16, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 768, 1024};
+inline constexpr int32_t kGemmParValues[] = {0, 1, 2};
+inline constexpr int32_t kGemmThreadValues[] = {1, 2, 4, 8, 16, 32, 64};
+inline constexpr int32_t kGemmUnrollValues[] = {1, 2, 4, 8};
+inline constexpr int32_t kGemmPrefetchValues[] = {0, 2, 4, 8, 16};
+inline constexpr int32_t kGemmBoolValues[] = {0, 1};
+
+// Declared defaults (fit_defaults then sets threads, par and pack_b per shape):
+// A block about 192 rows (L2), B micro-panel kc x nr about 32 KiB (L1), B block
+// about 64 micro-panels.
+constexpr int32_t GemmDefaultMc(int mr) { return mr * (mr >= 14 ? 12 : mr >= 8 ? 24 : mr >= 6 ? 32 : 48); }
+constexpr int32_t GemmDefaultKc(int nr) { return nr >= 64 ? 128 : nr >= 32 ? 256 : 384; }
+constexpr int32_t GemmDefaultNc(int nr) { return nr * 64; }
+
+template <int MR, int NR>
+struct GemmParamSet {
+  static constexpr auto Scaled(int32_t unit, const int32_t (&mult)[14]) {
+    struct Values {
+      int32_t v[14];
+    } out{};
+    for (int i = 0; i < 14; ++i) out.v[i] = unit * mult[i];
+    return out;
+  }
+  static constexpr auto kMc = Scaled(MR, kGemmBlockMultipliers);
+  static constexpr auto kNc = Scaled(NR, kGemmNcMultipliers);
+  static constexpr ParamSpec kSpecs[] = {
+      {"mc", kMc.v, GemmDefaultMc(MR), "rows of op(A) per cache block (packed A block kept in L2); a multiple of mr"},
+      {"kc", kGemmKcValues, GemmDefaultKc(NR), "depth (k elements) per cache block; B micro-panel kc x nr stays in L1"},
+      {"nc", kNc.v, GemmDefaultNc(NR), "columns of op(B) per cache block (packed B block); a multiple of nr"},
+      {"par", kGemmParValues, 0, "loop split across threads: 0 = jc (N blocks), 1 = ic (M blocks), 2 = jr (micro-panels)"},
+      {"threads", kGemmThreadValues, 1, "threads used (caller included); must be <= device threads"},
+      {"unroll_k", kGemmUnrollValues, 4, "micro-kernel k-loop unroll factor (k iterations per loop trip)"},
+      {"prefetch", kGemmPrefetchValues, 8, "software prefetch distance of A and B in k iterations; 0 = off"},
+      {"pack_a", kGemmBoolValues, 1, "1 = pack A blocks into mr-tall panels; 0 = micro-kernel reads A in place"},
+      {"pack_b", kGemmBoolValues, 1, "1 = pack B blocks into nr-wide panels; 0 = read B in place (needs B not transposed)"},
+  };
+};
+
+// check(): mc % mr, nc % nr, threads <= device.threads, pack_b=0 only without trans_b.
+Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
+// fit_defaults(): threads from the shape's work and the device budget; par = 1 when
+// N has fewer nr panels than threads; pack_b = 0 for short M (B is then streamed
+// once, packing it would cost more than it saves) unless B is transposed.
+void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
+
+}  // namespace cliffguard::cpu

@@ -1,0 +1,165 @@
+// The fp32 GEMM micro-kernel template, shared by every variant's translation unit.
+// A variant's TU includes a traits header (gemm_ukernel_avx512.h, ..._avx2.h, or
+// uses ScalarTraits below) and then CG_DEFINE_GEMM_UKERNEL(name, traits, mr, nr).
+//
+// Everything here lives in an anonymous namespace on purpose: each TU is compiled
+// with different -m flags, and internal linkage guarantees that the linker never
+// merges an AVX-512 instantiation into an AVX2 or scalar caller (ODR hazard).
+// Only name##_ukernel (declared in gemm_ukernel.h) has external linkage.
+//
+// Design: broadcast-A / vector-B outer products. Per k step the tile loads NR/W
+// vectors of B and broadcasts M elements of A into M*NR/W FMAs. The accumulators
+// stay in registers: M * NR/W + NR/W + 1 <= register count. Rows below mr (edge
+// tiles) are separate instantiations so that they cost only their own rows;
+// columns below nr are handled with masked loads/stores of C.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+#include "kernels/cpu/gemm_ukernel.h"
+
+#define CG_INLINE inline __attribute__((always_inline))
+
+namespace cliffguard::cpu {
+namespace {
+
+// Portable traits: one float per "vector".
+struct ScalarTraits {
+  using V = float;
+  static constexpr int kWidth = 1;
+  static CG_INLINE V Zero() { return 0.0f; }
+  static CG_INLINE V Set1(float x) { return x; }
+  static CG_INLINE V Load(const float* p) { return *p; }
+  static CG_INLINE V Bcast(const float* p) { return *p; }
+  static CG_INLINE V Fma(V a, V b, V c) { return a * b + c; }
+  static CG_INLINE V Mul(V a, V b) { return a * b; }
+  static CG_INLINE void Store(float* p, V v) { *p = v; }
+  static CG_INLINE V LoadN(const float* p, int n) { return n > 0 ? *p : 0.0f; }
+  static CG_INLINE void StoreN(float* p, V v, int n) {
+    if (n > 0) *p = v;
+  }
+};
+
+template <class T, int M, int NV, bool kPacked>
+CG_INLINE void Step(typename T::V (&acc)[M][NV], const float* a, int64_t a_rs, const float* b) {
+  using V = typename T::V;
+  V bv[NV];
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) bv[v] = T::Load(b + v * T::kWidth);
+#pragma GCC unroll 16
+  for (int i = 0; i < M; ++i) {
+    const V av = T::Bcast(a + (kPacked ? i : i * a_rs));
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[i][v] = T::Fma(av, bv[v], acc[i][v]);
+  }
+}
+
+template <class T, int MR, int M, int NV, int U, bool kPacked>
+void Tile(const UkArgs& p) {
+  using V = typename T::V;
+  constexpr int W = T::kWidth;
+  constexpr int kBLines = (NV * W * 4 + 63) / 64;  // cache lines of B per k step
+  V acc[M][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < M; ++i)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[i][v] = T::Zero();
+
+  const float* a = p.a;
+  const float* b = p.b;
+  const int64_t a_rs = kPacked ? 1 : p.a_rs;
+  const int64_t a_ks = kPacked ? MR : p.a_ks;
+  const int64_t b_ks = p.b_ks;
+  const int64_t pf = p.prefetch;
+  int64_t k = p.kc;
+  if (pf != 0) {
+    for (; k >= U; k -= U) {
+#pragma GCC unroll 8
+      for (int u = 0; u < U; ++u) {
+#pragma GCC unroll 4
+        for (int l = 0; l < kBLines; ++l) __builtin_prefetch(b + (pf + u) * b_ks + l * 16, 0, 3);
+        if (kPacked) __builtin_prefetch(a + (pf + u) * a_ks, 0, 3);
+        Step<T, M, NV, kPacked>(acc, a + u * a_ks, a_rs, b + u * b_ks);
+      }
+      a += U * a_ks;
+      b += U * b_ks;
+    }
+  } else {
+    for (; k >= U; k -= U) {
+#pragma GCC unroll 8
+      for (int u = 0; u < U; ++u) Step<T, M, NV, kPacked>(acc, a + u * a_ks, a_rs, b + u * b_ks);
+      a += U * a_ks;
+      b += U * b_ks;
+    }
+  }
+  for (; k > 0; --k) {
+    Step<T, M, NV, kPacked>(acc, a, a_rs, b);
+    a += a_ks;
+    b += b_ks;
+  }
+
+  float* c = p.c;
+  const int64_t ldc = p.ldc;
+  const V alpha = T::Set1(p.alpha);
+  if (p.n == NV * W) {
+    if (p.beta == 0.0f) {
+#pragma GCC unroll 16
+      for (int i = 0; i < M; ++i)
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) T::Store(c + i * ldc + v * W, T::Mul(acc[i][v], alpha));
+    } else {
+      const V beta = T::Set1(p.beta);
+#pragma GCC unroll 16
+      for (int i = 0; i < M; ++i)
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) {
+          float* cp = c + i * ldc + v * W;
+          T::Store(cp, T::Fma(beta, T::Load(cp), T::Mul(acc[i][v], alpha)));
+        }
+    }
+  } else {
+    const V beta = T::Set1(p.beta);
+    const bool read_c = p.beta != 0.0f;
+    for (int i = 0; i < M; ++i)
+      for (int v = 0; v < NV; ++v) {
+        const int cnt = p.n - v * W;
+        if (cnt <= 0) break;
+        float* cp = c + i * ldc + v * W;
+        V r = T::Mul(acc[i][v], alpha);
+        if (read_c) r = T::Fma(beta, T::LoadN(cp, cnt), r);
+        T::StoreN(cp, r, cnt);
+      }
+  }
+}
+
+// Function table indexed by ((unroll_index * 2 + packed) * MR + m - 1).
+template <class T, int MR, int NV, class Seq>
+struct TileTable;
+template <class T, int MR, int NV, int... Ms>
+struct TileTable<T, MR, NV, std::integer_sequence<int, Ms...>> {
+  static constexpr UkernelFn kFns[] = {
+      &Tile<T, MR, Ms + 1, NV, 1, false>..., &Tile<T, MR, Ms + 1, NV, 1, true>...,
+      &Tile<T, MR, Ms + 1, NV, 2, false>..., &Tile<T, MR, Ms + 1, NV, 2, true>...,
+      &Tile<T, MR, Ms + 1, NV, 4, false>..., &Tile<T, MR, Ms + 1, NV, 4, true>...,
+      &Tile<T, MR, Ms + 1, NV, 8, false>..., &Tile<T, MR, Ms + 1, NV, 8, true>...,
+  };
+};
+
+template <class T, int MR, int NR>
+CG_INLINE void RunUkernel(const UkArgs& p) {
+  static_assert(NR % T::kWidth == 0, "nr must be a multiple of the vector width");
+  using Table = TileTable<T, MR, NR / T::kWidth, std::make_integer_sequence<int, MR>>;
+  const int u = p.unroll_k >= 8 ? 3 : p.unroll_k >= 4 ? 2 : p.unroll_k >= 2 ? 1 : 0;
+  const int packed = (p.a_rs == 1 && p.a_ks == MR) ? 1 : 0;
+  Table::kFns[(u * 2 + packed) * MR + p.m - 1](p);
+}
+
+}  // namespace
+}  // namespace cliffguard::cpu
+
+// Defines the variant's micro-kernel entry point (external linkage).
+#define CG_DEFINE_GEMM_UKERNEL(name, traits, mr, nr) \
+  namespace cliffguard::cpu {                         \
+  void name##_ukernel(const UkArgs& args) { RunUkernel<traits, mr, nr>(args); } \
+  }

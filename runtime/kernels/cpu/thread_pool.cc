@@ -1,0 +1,124 @@
+#include "kernels/cpu/thread_pool.h"
+
+#include <algorithm>
+#include <system_error>
+
+namespace cliffguard::cpu {
+namespace {
+
+constexpr int kWorkerSpins = 1 << 14;  // ~0.5-1 ms of polling before blocking
+constexpr int kLeaderSpins = 1 << 16;
+constexpr int kBarrierSpins = 1 << 12;
+
+constexpr uint64_t Seq(uint64_t word) { return word >> 16; }
+constexpr int Count(uint64_t word) { return static_cast<int>(word & 0xffff); }
+
+}  // namespace
+
+ThreadPool& ThreadPool::Global() {
+  static ThreadPool pool;
+  return pool;
+}
+
+ThreadPool::~ThreadPool() {
+  std::lock_guard<std::mutex> wl(workers_mu_);
+  {
+    std::lock_guard<std::mutex> lk(wake_mu_);
+    stop_.store(true, std::memory_order_relaxed);
+    job_.store(((Seq(job_.load(std::memory_order_relaxed)) + 1) << 16), std::memory_order_release);
+  }
+  wake_cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::EnsureWorkers(int count) {
+  std::lock_guard<std::mutex> wl(workers_mu_);
+  const uint64_t seen = Seq(job_.load(std::memory_order_relaxed));
+  while (static_cast<int>(workers_.size()) < count) {
+    const int tid = static_cast<int>(workers_.size()) + 1;
+    try {
+      workers_.emplace_back([this, tid, seen] { WorkerLoop(tid, seen); });
+    } catch (const std::system_error&) {
+      break;  // run with the workers we have
+    }
+  }
+}
+
+// `seen` is the job sequence current when the owner created this worker, before it
+// published the job it created the worker for; the worker joins every later job.
+void ThreadPool::WorkerLoop(int tid, uint64_t seen) {
+  for (;;) {
+    uint64_t word = job_.load(std::memory_order_acquire);
+    for (int i = 0; Seq(word) == seen && i < kWorkerSpins; ++i) {
+      CpuRelax();
+      word = job_.load(std::memory_order_acquire);
+    }
+    if (Seq(word) == seen) {
+      std::unique_lock<std::mutex> lk(wake_mu_);
+      wake_cv_.wait(lk, [&] { return Seq(job_.load(std::memory_order_acquire)) != seen; });
+      word = job_.load(std::memory_order_acquire);
+    }
+    seen = Seq(word);
+    if (stop_.load(std::memory_order_relaxed)) return;
+    if (tid >= Count(word)) continue;
+    fn_(ctx_, tid, Count(word));
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard<std::mutex> lk(done_mu_);
+      done_cv_.notify_one();
+    }
+  }
+}
+
+int ThreadPool::Run(int n, TaskFn fn, void* ctx) {
+  n = std::clamp(n, 1, kMaxThreads);
+  if (n == 1 || busy_.exchange(true, std::memory_order_acquire)) {
+    fn(ctx, 0, 1);  // pool busy (another caller, or a nested call): run serially
+    return 1;
+  }
+  EnsureWorkers(n - 1);
+  {
+    std::lock_guard<std::mutex> wl(workers_mu_);
+    n = std::min(n, static_cast<int>(workers_.size()) + 1);
+  }
+  if (n == 1) {
+    fn(ctx, 0, 1);
+    busy_.store(false, std::memory_order_release);
+    return 1;
+  }
+  fn_ = fn;
+  ctx_ = ctx;
+  pending_.store(n - 1, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lk(wake_mu_);
+    const uint64_t seq = Seq(job_.load(std::memory_order_relaxed)) + 1;
+    job_.store((seq << 16) | static_cast<uint64_t>(n), std::memory_order_release);
+  }
+  wake_cv_.notify_all();
+  fn(ctx, 0, n);
+  for (int i = 0; pending_.load(std::memory_order_acquire) != 0 && i < kLeaderSpins; ++i) CpuRelax();
+  if (pending_.load(std::memory_order_acquire) != 0) {
+    std::unique_lock<std::mutex> lk(done_mu_);
+    done_cv_.wait(lk, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+  }
+  busy_.store(false, std::memory_order_release);
+  return n;
+}
+
+void SpinBarrier::Wait(int n) {
+  if (n <= 1) return;
+  const uint32_t phase = phase_.load(std::memory_order_acquire);
+  if (arrived_.fetch_add(1, std::memory_order_acq_rel) == n - 1) {
+    arrived_.store(0, std::memory_order_relaxed);
+    phase_.store(phase + 1, std::memory_order_release);
+    return;
+  }
+  for (int i = 0; phase_.load(std::memory_order_acquire) == phase; ++i) {
+    if (i < kBarrierSpins) {
+      CpuRelax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+}  // namespace cliffguard::cpu

@@ -1,0 +1,309 @@
+// Correctness of the CPU fp32 GEMM kernel family. One gtest suite per variant of
+// runtime/kernels/cpu/gemm_f32.inc, named like the variant (STYLE H1/H2); suites
+// skip on hosts without the variant's ISA (STYLE H5).
+#include <algorithm>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cliffguard/kernel.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/gemm_params.h"
+#include "runtime/gemm_tester.h"
+
+namespace cliffguard {
+namespace {
+
+using testing::GemmTester;
+
+const DeviceInfo& Host() {
+  static const DeviceInfo device = HostCpuDevice();
+  return device;
+}
+
+// The variant when the host can run it, else nullptr.
+const KernelVariant* Runnable(const char* name) {
+  const KernelVariant* v = FindKernelVariant(name);
+  if (!v || (v->isa & Host().isa) != v->isa) return nullptr;
+  return v;
+}
+
+#define CG_REQUIRE_VARIANT(var, name)                                                         \
+  const KernelVariant* var = Runnable(name);                                                  \
+  if (var == nullptr) GTEST_SKIP() << name << " needs ISA the host (" << Host().arch << ") lacks"
+
+// The declared defaults with some parameters replaced; threads clipped to the host.
+Schedule With(const KernelVariant& v, std::vector<std::pair<std::string, int64_t>> named) {
+  auto s = Schedule::FromNamed(v.name, named);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  Schedule out = *s;
+  const int t = v.ParamIndex("threads");
+  out.params[t] = std::min<int32_t>(out.params[t], Host().threads);
+  return out;
+}
+
+int MaxHostThreads() { return std::min(Host().threads, 2); }
+
+std::vector<int64_t> Unique(std::vector<int64_t> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  v.erase(std::remove_if(v.begin(), v.end(), [](int64_t x) { return x < 1; }), v.end());
+  return v;
+}
+
+void EdgeShapes(const KernelVariant& v) {
+  const int64_t mr = v.mr, nr = v.nr;
+  // Small blocks so that every shape crosses mc, nc and kc boundaries (k % kc != 0).
+  const Schedule small = With(v, {{"mc", 2 * mr}, {"kc", 16}, {"nc", 2 * nr}, {"unroll_k", 4}, {"prefetch", 4}});
+  const Schedule in_place =
+      With(v, {{"mc", mr}, {"kc", 32}, {"nc", nr}, {"unroll_k", 8}, {"prefetch", 0}, {"pack_a", 0}, {"pack_b", 0}});
+  for (int64_t m : Unique({1, mr - 1, mr, mr + 1, 2 * mr + 3, 17, 31}))
+    for (int64_t n : Unique({1, nr - 1, nr, nr + 1, 2 * nr + 5, 61}))
+      for (int64_t k : {1, 17, 35}) {
+        GemmTester t;
+        t.shape(m, n, k).seed(static_cast<uint32_t>(m * 10007 + n * 101 + k));
+        if (!t.Test(small)) return;
+        if (k == 35 && !t.Test(in_place)) return;
+      }
+  GemmTester().shape(127, 127, 61).beta(2.5f).Test(small);
+  GemmTester().shape(61, 127, 127).ldc_pad(1).Test(in_place);
+}
+
+void Transposes(const KernelVariant& v) {
+  const int64_t mr = v.mr, nr = v.nr;
+  const std::vector<std::array<int64_t, 3>> shapes = {{31, 61, 17}, {mr + 1, nr + 3, 33}, {1, 127, 5}};
+  int i = 0;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb)
+      for (const auto& sh : shapes)
+        for (int pad = 0; pad < 2; ++pad)
+          for (int pack = 0; pack < 4; ++pack) {
+            const int pack_a = pack & 1, pack_b = pack >> 1;
+            if (tb && !pack_b) continue;  // B read in place needs B not transposed
+            const int par = i++ % 3;
+            const Schedule s = With(v, {{"mc", 2 * mr}, {"kc", 16}, {"nc", 2 * nr}, {"par", par},
+                                        {"threads", MaxHostThreads()}, {"pack_a", pack_a}, {"pack_b", pack_b}});
+            GemmTester t;
+            t.shape(sh[0], sh[1], sh[2]).trans_a(ta).trans_b(tb).beta(-0.5f).seed(i);
+            if (pad) t.lda_pad(3).ldb_pad(5).ldc_pad(7);
+            if (!t.Test(s)) return;
+          }
+}
+
+void AlphaBeta(const KernelVariant& v) {
+  const Schedule s = With(v, {{"kc", 16}, {"threads", MaxHostThreads()}});
+  for (float alpha : {0.0f, 1.0f, -0.5f, 2.5f})
+    for (float beta : {0.0f, 1.0f, -0.5f, 2.5f}) {
+      GemmTester t;
+      t.shape(37, 45, 29).lda_pad(2).ldb_pad(1).ldc_pad(3).alpha(alpha).beta(beta).nan_c(beta == 0.0f);
+      if (!t.Test(s)) return;
+      t.trans_a(true).trans_b(true);
+      if (!t.Test(s)) return;
+    }
+}
+
+// A uniformly drawn schedule from the whole declared space that CheckSchedule
+// accepts for `key` on the host.
+Schedule RandomSchedule(const KernelVariant& v, const OpKey& key, std::mt19937& rng) {
+  for (;;) {
+    Schedule s;
+    s.variant = &v;
+    for (size_t i = 0; i < v.params.size(); ++i) {
+      const auto& vals = v.params[i].values;
+      s.params[i] = vals[std::uniform_int_distribution<size_t>(0, vals.size() - 1)(rng)];
+    }
+    if (CheckSchedule(s, key, Host()).ok()) return s;
+  }
+}
+
+void RandomSchedules(const KernelVariant& v) {
+  std::mt19937 rng(20240611u + v.mr * 131 + v.nr);
+  const std::vector<std::array<int64_t, 3>> shapes = {{61, 67, 131}, {1, 100, 300}, {130, 33, 17}, {29, 257, 64}};
+  for (int i = 0; i < 64; ++i) {
+    const auto& sh = shapes[i % shapes.size()];
+    const bool ta = rng() & 1, tb = rng() & 1;
+    GemmTester t;
+    t.shape(sh[0], sh[1], sh[2]).trans_a(ta).trans_b(tb).beta(i % 2 ? 0.0f : 1.0f).nan_c(i % 2).seed(i);
+    if (!t.Test(RandomSchedule(v, t.Key(), rng))) return;
+  }
+}
+
+struct ShapeLine {
+  int64_t m, n, k;
+  bool ta, tb;
+};
+
+std::vector<ShapeLine> ShapesFromData() {
+  std::vector<ShapeLine> out;
+  std::ifstream in(std::string(CG_TEST_DATA_DIR) + "/gemm_shapes.txt");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream ss(line);
+    ShapeLine s{0, 0, 0, false, false};
+    int ta = 0, tb = 0;
+    ss >> s.m >> s.n >> s.k;
+    if (ss >> ta >> tb) {
+      s.ta = ta;
+      s.tb = tb;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+void DefaultSchedules(const KernelVariant& v) {
+  const auto shapes = ShapesFromData();
+  ASSERT_GE(shapes.size(), 10u) << "tests/data/gemm_shapes.txt missing or short";
+  for (const auto& sh : shapes) {
+    const OpKey key = OpKey::Gemm(sh.m, sh.n, sh.k, sh.ta, sh.tb);
+    // Valid for any thread budget, not just this host's.
+    for (int threads : {1, 3, 64}) {
+      DeviceInfo d = Host();
+      d.threads = threads;
+      const Schedule s = VariantDefaultSchedule(v, key, d);
+      const Status st = CheckSchedule(s, key, d);
+      EXPECT_TRUE(st.ok()) << key.ToString() << " threads=" << threads << ": " << st.ToString();
+    }
+    const Schedule s = VariantDefaultSchedule(v, key, Host());
+    GemmTester t;
+    t.shape(sh.m, sh.n, sh.k).trans_a(sh.ta).trans_b(sh.tb).beta(0.0f).nan_c(true);
+    if (!t.Test(s)) return;
+  }
+}
+
+void ConcurrentCallers(const KernelVariant& v) {
+  const int callers = 3;
+  std::vector<std::thread> threads;
+  for (int c = 0; c < callers; ++c) {
+    threads.emplace_back([&v, c] {
+      for (int r = 0; r < 4; ++r) {
+        const int par = (c + r) % 3;
+        const Schedule s = With(v, {{"mc", 2 * v.mr}, {"kc", 32}, {"nc", 2 * v.nr}, {"par", par},
+                                    {"threads", MaxHostThreads()}});
+        GemmTester t;
+        t.shape(45 + c, 71 + r, 67).beta(r % 2 ? 1.0f : 0.0f).seed(c * 100 + r);
+        if (!t.Test(s)) return;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+#define CG_KERNEL(isa, name, mr, nr)        \
+  TEST(name, EdgeShapes) {                  \
+    CG_REQUIRE_VARIANT(v, #name);           \
+    EdgeShapes(*v);                         \
+  }                                         \
+  TEST(name, Transposes) {                  \
+    CG_REQUIRE_VARIANT(v, #name);           \
+    Transposes(*v);                         \
+  }                                         \
+  TEST(name, AlphaBeta) {                   \
+    CG_REQUIRE_VARIANT(v, #name);           \
+    AlphaBeta(*v);                          \
+  }                                         \
+  TEST(name, RandomSchedules) {             \
+    CG_REQUIRE_VARIANT(v, #name);           \
+    RandomSchedules(*v);                    \
+  }                                         \
+  TEST(name, DefaultSchedules) {            \
+    CG_REQUIRE_VARIANT(v, #name);           \
+    DefaultSchedules(*v);                   \
+  }                                         \
+  TEST(name, ConcurrentCallers) {           \
+    CG_REQUIRE_VARIANT(v, #name);           \
+    ConcurrentCallers(*v);                  \
+  }
+#include "kernels/cpu/gemm_f32.inc"
+
+// ---- The table itself ------------------------------------------------------------
+
+TEST(CpuGemmTable, InventoryIsConsistent) {
+  const auto variants = cpu::CpuKernelVariants();
+  ASSERT_EQ(variants.size(), 8u);
+  std::set<std::string> names;
+  uint32_t prev_isa = ~0u;
+  const std::vector<std::string> param_names = {"mc",       "kc",       "nc",     "par",   "threads",
+                                                "unroll_k", "prefetch", "pack_a", "pack_b"};
+  for (const auto& v : variants) {
+    EXPECT_TRUE(names.insert(v.name).second) << v.name;
+    EXPECT_NE(std::string(v.name).find(std::to_string(v.mr) + "x" + std::to_string(v.nr) + "__"), std::string::npos)
+        << v.name;
+    EXPECT_LE(v.isa, prev_isa) << v.name << ": table not in dispatch preference order";
+    prev_isa = v.isa;
+    ASSERT_NE(FindKernelVariant(v.name), nullptr) << v.name;
+    ASSERT_EQ(v.params.size(), param_names.size());
+    double space = 1;
+    for (size_t i = 0; i < v.params.size(); ++i) {
+      const ParamSpec& p = v.params[i];
+      EXPECT_EQ(p.name, param_names[i]);
+      EXPECT_EQ(v.ParamIndex(p.name), static_cast<int>(i));
+      EXPECT_TRUE(std::is_sorted(p.values.begin(), p.values.end()) &&
+                  std::adjacent_find(p.values.begin(), p.values.end()) == p.values.end())
+          << v.name << " " << p.name;
+      EXPECT_TRUE(std::binary_search(p.values.begin(), p.values.end(), p.default_value)) << v.name << " " << p.name;
+      EXPECT_GT(std::string(p.help).size(), 10u);
+      space *= p.values.size();
+    }
+    EXPECT_GE(space, 1e6) << v.name;
+    for (int32_t mc : v.params[0].values) EXPECT_EQ(mc % v.mr, 0) << v.name;
+    for (int32_t nc : v.params[2].values) EXPECT_EQ(nc % v.nr, 0) << v.name;
+  }
+  EXPECT_EQ(variants.back().isa, static_cast<uint32_t>(kIsaScalar));
+}
+
+TEST(CpuGemmTable, CheckNamesValueAndRule) {
+  const KernelVariant* v = FindKernelVariant("cpu_f32_gemm_14x32__avx512");
+  ASSERT_NE(v, nullptr);
+  DeviceInfo d = Host();
+  d.threads = 2;
+  const OpKey key = OpKey::Gemm(64, 64, 64);
+  ParamValues p = VariantDefaultSchedule(*v, key, d).params;
+  p[cpu::kParamMc] = 100;
+  Status st = v->check(*v, key, p, d);
+  EXPECT_EQ(st.message(), "cpu_f32_gemm_14x32__avx512: mc=100 must be a multiple of mr=14");
+  p = VariantDefaultSchedule(*v, key, d).params;
+  p[cpu::kParamThreads] = 4;
+  st = v->check(*v, key, p, d);
+  EXPECT_EQ(st.message(), "cpu_f32_gemm_14x32__avx512: threads=4 must be <= device threads=2");
+  p = VariantDefaultSchedule(*v, key, d).params;
+  p[cpu::kParamPackB] = 0;
+  const OpKey nt = OpKey::Gemm(64, 64, 64, false, true);
+  st = v->check(*v, nt, p, d);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("pack_b=0"), std::string::npos) << st.message();
+  // Values outside the declared lists are caught by CheckSchedule before check().
+  Schedule s = VariantDefaultSchedule(*v, key, d);
+  s.params[cpu::kParamKc] = 100;
+  EXPECT_EQ(CheckSchedule(s, key, d).code(), StatusCode::kOutOfRange);
+}
+
+TEST(CpuGemmTable, DefaultScheduleResolvesAndRuns) {
+  for (const auto& sh : ShapesFromData()) {
+    const OpKey key = OpKey::Gemm(sh.m, sh.n, sh.k, sh.ta, sh.tb);
+    auto s = DefaultSchedule(key, Host());
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ(s->variant->backend, Backend::kCpu);
+    EXPECT_TRUE(CheckSchedule(*s, key, Host()).ok());
+  }
+  // A scalar-only host resolves to the portable variant.
+  DeviceInfo scalar = Host();
+  scalar.isa = kIsaScalar;
+  scalar.arch = "scalar";
+  const OpKey key = OpKey::Gemm(33, 65, 17);
+  auto s = DefaultSchedule(key, scalar);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_4x4__scalar");
+  GemmTester().shape(33, 65, 17).beta(1.0f).Test(*s);
+}
+
+}  // namespace
+}  // namespace cliffguard
