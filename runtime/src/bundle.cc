@@ -4,11 +4,11 @@
 
 #include <cerrno>
 #include <cstring>
-#include <unordered_set>
 
 #include <fmt/format.h>
 
 #include "bundle_internal.h"
+#include "dispatch_table.h"
 #include "cliffguard/bundle.h"
 
 #ifndef CLIFFGUARD_VERSION
@@ -24,8 +24,9 @@ std::string_view View(const flatbuffers::String* s) { return s ? s->string_view(
 flatbuffers::Offset<fb::Schedule> WriteSchedule(flatbuffers::FlatBufferBuilder& fbb, const NamedSchedule& s) {
   std::vector<flatbuffers::Offset<fb::Param>> params;
   params.reserve(s.params.size());
-  for (const auto& [name, value] : s.params) params.push_back(fb::CreateParamDirect(fbb, name.c_str(), value));
-  return fb::CreateScheduleDirect(fbb, s.variant.c_str(), &params);
+  // Names repeat across entries: shared strings keep a large bundle small.
+  for (const auto& [name, value] : s.params) params.push_back(fb::CreateParam(fbb, fbb.CreateSharedString(name), value));
+  return fb::CreateSchedule(fbb, fbb.CreateSharedString(s.variant), fbb.CreateVector(params));
 }
 
 NamedSchedule ReadSchedule(const fb::Schedule* s) {
@@ -141,8 +142,8 @@ std::vector<uint8_t> SerializeBundle(const BundleSpec& spec) {
   for (const BundleEntry& e : spec.entries) {
     auto key = WriteKey(fbb, e.key);
     auto sched = WriteSchedule(fbb, e.schedule);
-    entries.push_back(fb::CreateEntryDirect(fbb, key, sched, e.tuned_us, e.default_us, e.trials, e.tuned_at,
-                                            e.provenance.c_str()));
+    entries.push_back(fb::CreateEntry(fbb, key, sched, e.tuned_us, e.default_us, e.trials, e.tuned_at,
+                                      fbb.CreateSharedString(e.provenance)));
   }
   std::vector<flatbuffers::Offset<fb::OpDefault>> defaults;
   for (const BundleOpDefault& d : spec.defaults)
@@ -249,10 +250,10 @@ StatusOr<BundleSpec> ParseBundle(std::span<const uint8_t> bytes, std::string_vie
 ResolvedBundle ResolveVerifiedBundle(const fb::Bundle& b, const DeviceInfo& device) {
   ResolvedBundle out;
   ScheduleResolver resolver;
-  std::unordered_set<OpKey, OpKeyHash> seen;
+  KeyIndex seen(b.entries() ? b.entries()->size() : 0);
+  auto key_at = [&](uint32_t j) -> const OpKey& { return out.entries[j].key; };
   if (b.entries()) {
     out.entries.reserve(b.entries()->size());
-    seen.reserve(b.entries()->size());
     for (const fb::Entry* e : *b.entries()) {
       auto key = ReadKey(e->key());
       if (!key.ok()) {
@@ -273,7 +274,7 @@ ResolvedBundle ResolveVerifiedBundle(const fb::Bundle& b, const DeviceInfo& devi
         out.rejected.push_back({r.key, why, fmt::format("{}: {}", r.key.ToString(), st.message())});
         continue;
       }
-      if (!seen.insert(r.key).second) {
+      if (seen.InsertOrFind(r.key, static_cast<uint32_t>(out.entries.size()), key_at) >= 0) {
         out.rejected.push_back({r.key, EntryRejection::kDuplicateKey,
                                 fmt::format("{}: appears more than once; the first entry is kept", r.key.ToString())});
         continue;

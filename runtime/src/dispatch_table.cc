@@ -5,6 +5,12 @@
 
 namespace cliffguard {
 
+KeyIndex::KeyIndex(size_t expected) {
+  const size_t cap = std::bit_ceil(std::max<size_t>(16, expected * 2));
+  slots_.assign(cap, 0);
+  mask_ = cap - 1;
+}
+
 DispatchTable::DispatchTable(std::vector<Input> in, bool has_device_bundle,
                              std::vector<std::pair<OpKey, Schedule>> defaults, uint64_t generation)
     : has_device_bundle_(has_device_bundle), defaults_(std::move(defaults)), generation_(generation) {

@@ -10,6 +10,30 @@
 
 namespace cliffguard {
 
+// Open-addressing set of indices into a caller's array of keys; used while loading,
+// where node-based containers would cost an allocation per entry.
+class KeyIndex {
+ public:
+  explicit KeyIndex(size_t expected);
+  // Inserts index `i` whose key is `key`, unless an equal key is present: then
+  // returns the index already there (and inserts nothing). Returns -1 on insertion.
+  template <typename KeyAt>
+  int64_t InsertOrFind(const OpKey& key, uint32_t i, KeyAt&& key_at) {
+    uint64_t pos = key.Hash() & mask_;
+    while (slots_[pos] != 0) {
+      const uint32_t j = slots_[pos] - 1;
+      if (key_at(j) == key) return j;
+      pos = (pos + 1) & mask_;
+    }
+    slots_[pos] = i + 1;
+    return -1;
+  }
+
+ private:
+  std::vector<uint32_t> slots_;
+  uint64_t mask_;
+};
+
 struct TableEntry {
   OpKey key;
   Schedule schedule;     // variant == nullptr when rejected

@@ -41,16 +41,18 @@ std::unordered_map<uint64_t, Runtime::Impl*>& Registry() {
 
 void ReleaseSlotOf(uint64_t runtime_id, ThreadSlot* slot);
 
-// The calling thread's slots, one per runtime it dispatched through.
+// The calling thread's slots, one per runtime it dispatched through. Released at
+// thread exit so that their counts fold into the runtime's totals.
 struct LocalSlots {
-  uint64_t last_id = 0;
-  ThreadSlot* last = nullptr;
   std::vector<std::pair<uint64_t, ThreadSlot*>> all;
   ~LocalSlots() {
     for (auto& [id, slot] : all) ReleaseSlotOf(id, slot);
   }
 };
 thread_local LocalSlots t_slots;
+// The last slot used, trivially destructible so that the hit path reads it directly.
+thread_local uint64_t t_last_id = 0;
+thread_local ThreadSlot* t_last_slot = nullptr;
 
 // Cheap argument checks for the hit path; the slow ValidateGemmArgs names the rule.
 inline bool GemmArgsLookValid(const GemmArgs& a) {
@@ -93,15 +95,15 @@ struct Runtime::Impl {
   MissLog misses;
 
   ThreadSlot* LocalSlot() {
-    if (t_slots.last_id == id) [[likely]] return t_slots.last;
+    if (t_last_id == id) [[likely]] return t_last_slot;
     return LocalSlotSlow();
   }
 
   ThreadSlot* LocalSlotSlow() {
     for (auto& [rid, slot] : t_slots.all) {
       if (rid == id) {
-        t_slots.last_id = id;
-        t_slots.last = slot;
+        t_last_id = id;
+        t_last_slot = slot;
         return slot;
       }
     }
@@ -121,8 +123,8 @@ struct Runtime::Impl {
       }
     }
     t_slots.all.emplace_back(id, slot);
-    t_slots.last_id = id;
-    t_slots.last = slot;
+    t_last_id = id;
+    t_last_slot = slot;
     return slot;
   }
 
@@ -176,24 +178,34 @@ struct Runtime::Impl {
 
   // Builds a table from the loaded bundles and swaps it in. Caller holds load_mu.
   void RebuildLocked() {
-    std::unordered_map<OpKey, DispatchTable::Input, OpKeyHash> merged;
+    std::vector<DispatchTable::Input> in;
     std::vector<std::pair<OpKey, Schedule>> defaults;
     bool has_device_bundle = false;
+    size_t expected = 0;
+    for (const LoadedBundle& b : bundles) expected += b.resolved.entries.size() + b.resolved.rejected.size();
+    in.reserve(expected);
+    KeyIndex index(expected);
+    auto key_at = [&](uint32_t j) -> const OpKey& { return in[j].key; };
     for (const LoadedBundle& b : bundles) {
       if (!b.report.device_match) continue;
       has_device_bundle = true;
       for (const ResolvedEntry& e : b.resolved.entries) {
-        auto [it, inserted] = merged.try_emplace(e.key);
-        DispatchTable::Input& in = it->second;
-        const bool better = inserted || in.rejected || (e.tuned_us > 0 && (in.tuned_us <= 0 || e.tuned_us < in.tuned_us));
-        if (better) in = {e.key, e.schedule, false, e.tuned_us, e.default_us};
+        const int64_t at = index.InsertOrFind(e.key, static_cast<uint32_t>(in.size()), key_at);
+        if (at < 0) {
+          in.push_back({e.key, e.schedule, false, e.tuned_us, e.default_us});
+          continue;
+        }
+        DispatchTable::Input& cur = in[size_t(at)];  // the faster verified entry wins
+        if (cur.rejected || (e.tuned_us > 0 && (cur.tuned_us <= 0 || e.tuned_us < cur.tuned_us)))
+          cur = {e.key, e.schedule, false, e.tuned_us, e.default_us};
       }
       for (const RejectedEntry& r : b.resolved.rejected) {
         if (r.reason == EntryRejection::kBadKey || r.reason == EntryRejection::kDuplicateKey) continue;
-        auto [it, inserted] = merged.try_emplace(r.key);
-        if (inserted) {
-          it->second.key = r.key;
-          it->second.rejected = true;
+        if (index.InsertOrFind(r.key, static_cast<uint32_t>(in.size()), key_at) < 0) {
+          DispatchTable::Input x;
+          x.key = r.key;
+          x.rejected = true;
+          in.push_back(x);
         }
       }
       for (const auto& d : b.resolved.defaults) {
@@ -203,9 +215,6 @@ struct Runtime::Impl {
         if (!known) defaults.push_back(d);
       }
     }
-    std::vector<DispatchTable::Input> in;
-    in.reserve(merged.size());
-    for (auto& [k, v] : merged) in.push_back(std::move(v));
     auto t = std::make_unique<DispatchTable>(std::move(in), has_device_bundle, std::move(defaults), ++generation);
     table.store(t.get(), std::memory_order_seq_cst);
     tables.push_back(std::move(t));

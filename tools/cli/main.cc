@@ -2,6 +2,8 @@
 #include <exception>
 
 #include <fmt/format.h>
+#include <spdlog/cfg/env.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "cliffguard/bundle.h"
@@ -22,6 +24,10 @@ void ExitIfError(const Status& status, const std::string& command) {
 
 int main(int argc, char** argv) {
   using namespace cliffguard::cli;
+  // Diagnostics go to stderr, results to stdout. SPDLOG_LEVEL=info shows load details.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("cliffguard"));
+  spdlog::set_level(spdlog::level::warn);
+  spdlog::cfg::load_env_levels();
   CLI::App app{fmt::format("cliffguard {}: tuned kernel dispatch with visible performance cliffs",
                            cliffguard::CliffguardVersion())};
   app.require_subcommand(1);

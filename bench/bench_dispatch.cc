@@ -1,0 +1,188 @@
+// Per-call dispatch overhead of the runtime on hit and on miss, against the two
+// lookups serving stacks commonly use: a string-keyed std::map behind a mutex (as
+// FasterTransformer's cublasAlgoMap) and a std::unordered_map behind a mutex.
+//
+// Every benchmark runs the same 1x1x1 GEMM kernel with the same schedule, so the
+// dispatch overhead of a method is its time minus BM_kernel_direct's, in one run.
+// Also: loading and verifying a 100,000-entry bundle.
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "cliffguard/runtime.h"
+
+namespace cliffguard {
+namespace {
+
+const OpKey kHitKey = OpKey::Gemm(1, 1, 1);
+const OpKey kMissKey = OpKey::Gemm(1, 1, 2);
+
+struct Fixture {
+  std::unique_ptr<Runtime> rt;
+  Schedule hit_schedule;
+  Schedule miss_schedule;
+  std::map<std::string, Schedule> map;
+  std::unordered_map<std::string, Schedule> umap;
+  std::mutex mu;
+
+  Fixture() {
+    spdlog::set_level(spdlog::level::err);
+    RuntimeOptions o;
+    o.warn_on_miss = false;
+    rt = std::move(Runtime::Create(o)).value();
+    hit_schedule = DefaultSchedule(kHitKey, rt->device()).value();
+    miss_schedule = DefaultSchedule(kMissKey, rt->device()).value();
+    BundleSpec spec;
+    spec.device = rt->device();
+    // A realistic table: the hit key among a few thousand others.
+    for (int m = 1; m <= 64; ++m)
+      for (int n : {768, 3072, 1024, 4096})
+        for (int k : {768, 3072, 1024, 4096}) {
+          const OpKey key = OpKey::Gemm(m, n, k);
+          const Schedule s = DefaultSchedule(key, rt->device()).value();
+          spec.entries.push_back({key, ToNamed(s), 1, 2, 1, 0, ""});
+          map[fmt::format("{}_{}_{}_{}_{}", m, n, k, 0, 0)] = s;
+          umap[fmt::format("{}_{}_{}_{}_{}", m, n, k, 0, 0)] = s;
+        }
+    spec.entries.push_back({kHitKey, ToNamed(hit_schedule), 1, 2, 1, 0, ""});
+    map["1_1_1_0_0"] = hit_schedule;
+    umap["1_1_1_0_0"] = hit_schedule;
+    const auto bytes = SerializeBundle(spec);
+    auto rep = rt->LoadBundleBuffer(bytes, "bench");
+    if (!rep.ok() || rep->entries_loaded != spec.entries.size()) std::abort();
+  }
+};
+
+Fixture& F() {
+  static Fixture f;
+  return f;
+}
+
+struct Operands {
+  float a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 4}, c[4] = {};
+  GemmArgs Args(const OpKey& key) {
+    GemmArgs g;
+    g.m = key.m();
+    g.n = key.n();
+    g.k = key.k();
+    g.a = a;
+    g.lda = key.k();
+    g.b = b;
+    g.ldb = key.n();
+    g.c = c;
+    g.ldc = key.n();
+    return g;
+  }
+};
+
+void BM_kernel_direct_hit(benchmark::State& state) {
+  Operands o;
+  const GemmArgs a = o.Args(kHitKey);
+  const Schedule s = F().hit_schedule;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(RunGemm(s, a));
+    benchmark::ClobberMemory();
+  }
+}
+
+void BM_kernel_direct_miss(benchmark::State& state) {
+  Operands o;
+  const GemmArgs a = o.Args(kMissKey);
+  const Schedule s = F().miss_schedule;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(RunGemm(s, a));
+    benchmark::ClobberMemory();
+  }
+}
+
+void BM_hit_cliffguard(benchmark::State& state) {
+  Operands o;
+  const GemmArgs a = o.Args(kHitKey);
+  Runtime& rt = *F().rt;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(rt.Gemm(a));
+    benchmark::ClobberMemory();
+  }
+}
+
+void BM_hit_cliffguard_plan(benchmark::State& state) {
+  Operands o;
+  Runtime& rt = *F().rt;
+  const GemmPlan plan = rt.PlanGemm(kHitKey).value();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(plan.Run(o.a, 1, o.b, 1, o.c, 1));
+    benchmark::ClobberMemory();
+  }
+}
+
+void BM_miss_cliffguard(benchmark::State& state) {
+  Operands o;
+  const GemmArgs a = o.Args(kMissKey);
+  Runtime& rt = *F().rt;
+  (void)rt.Gemm(a);  // first miss: warns and creates the record
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(rt.Gemm(a));
+    benchmark::ClobberMemory();
+  }
+}
+
+template <typename Map>
+void MapDispatch(benchmark::State& state, Map& map, const OpKey& key, const Schedule& fallback) {
+  Operands o;
+  const GemmArgs a = o.Args(key);
+  for (auto _ : state) {
+    Schedule s;
+    {
+      std::lock_guard<std::mutex> lock(F().mu);
+      auto it = map.find(fmt::format("{}_{}_{}_{}_{}", a.m, a.n, a.k, int(a.trans_a), int(a.trans_b)));
+      s = it == map.end() ? fallback : it->second;
+    }
+    benchmark::DoNotOptimize(RunGemm(s, a));
+    benchmark::ClobberMemory();
+  }
+}
+
+void BM_hit_map_mutex(benchmark::State& state) { MapDispatch(state, F().map, kHitKey, F().miss_schedule); }
+void BM_hit_unordered_map_mutex(benchmark::State& state) { MapDispatch(state, F().umap, kHitKey, F().miss_schedule); }
+void BM_miss_map_mutex(benchmark::State& state) { MapDispatch(state, F().map, kMissKey, F().miss_schedule); }
+void BM_miss_unordered_map_mutex(benchmark::State& state) { MapDispatch(state, F().umap, kMissKey, F().miss_schedule); }
+
+BENCHMARK(BM_kernel_direct_hit)->Threads(1)->Threads(2);
+BENCHMARK(BM_hit_cliffguard)->Threads(1)->Threads(2);
+BENCHMARK(BM_hit_cliffguard_plan)->Threads(1)->Threads(2);
+BENCHMARK(BM_hit_map_mutex)->Threads(1)->Threads(2);
+BENCHMARK(BM_hit_unordered_map_mutex)->Threads(1)->Threads(2);
+BENCHMARK(BM_kernel_direct_miss)->Threads(1)->Threads(2);
+BENCHMARK(BM_miss_cliffguard)->Threads(1)->Threads(2);
+BENCHMARK(BM_miss_map_mutex)->Threads(1)->Threads(2);
+BENCHMARK(BM_miss_unordered_map_mutex)->Threads(1)->Threads(2);
+
+void BM_load_bundle_100k_entries(benchmark::State& state) {
+  const DeviceInfo dev = F().rt->device();
+  BundleSpec spec;
+  spec.device = dev;
+  const Schedule s = DefaultSchedule(OpKey::Gemm(64, 64, 64), dev).value();
+  for (int i = 0; i < 100000; ++i)
+    spec.entries.push_back({OpKey::Gemm(1 + i % 1000, 64 + i / 1000, 768), ToNamed(s), 1, 2, 1, 0, "bench"});
+  const auto bytes = SerializeBundle(spec);
+  for (auto _ : state) {
+    RuntimeOptions o;
+    o.warn_on_miss = false;
+    auto rt = std::move(Runtime::Create(o)).value();
+    auto rep = rt->LoadBundleBuffer(bytes, "big");
+    if (!rep.ok() || rep->entries_loaded != 100000) state.SkipWithError("load failed");
+    benchmark::DoNotOptimize(rep);
+  }
+  state.counters["bytes"] = double(bytes.size());
+}
+BENCHMARK(BM_load_bundle_100k_entries)->Unit(benchmark::kMillisecond)->Iterations(10);
+
+}  // namespace
+}  // namespace cliffguard
+
+BENCHMARK_MAIN();

@@ -1,0 +1,216 @@
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "cliffguard/bundle.h"
+#include "cliffguard/runtime.h"
+#include "test_bundles.h"
+
+namespace cliffguard {
+namespace {
+
+using testing::HostBundle;
+using testing::TempFile;
+
+std::string RunCli(const std::string& args, int* rc) {
+  const std::string cmd = std::string(CG_CLI_PATH) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+std::vector<uint8_t> ReadAll(const std::string& path) {
+  auto b = ReadFileBytes(path);
+  EXPECT_TRUE(b.ok()) << b.status().ToString();
+  return b.ok() ? *b : std::vector<uint8_t>{};
+}
+
+BundleSpec SampleSpec() {
+  BundleSpec spec = HostBundle(HostCpuDevice(), {OpKey::Gemm(128, 768, 768), OpKey::Gemm(16, 3072, 768, false, true)});
+  spec.defaults.push_back({OpKind::kGemm, DType::kF32, spec.entries[0].schedule});
+  spec.cost_model_format = "xgboost-json";
+  spec.cost_model = {0, 1, 2, 250, 251, 255, 7};
+  return spec;
+}
+
+TEST(Bundle, SerializeParseRoundTrip) {
+  const BundleSpec spec = SampleSpec();
+  const auto bytes = SerializeBundle(spec);
+  auto back = ParseBundle(bytes, "mem");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->device.fingerprint, spec.device.fingerprint);
+  ASSERT_EQ(back->entries.size(), 2u);
+  EXPECT_EQ(back->entries[1].key, spec.entries[1].key);
+  EXPECT_EQ(back->entries[1].schedule, spec.entries[1].schedule);
+  EXPECT_EQ(back->cost_model, spec.cost_model);
+  EXPECT_EQ(SerializeBundle(*back), bytes);  // deterministic
+}
+
+TEST(Bundle, JsonRoundTripIsExact) {
+  const BundleSpec spec = SampleSpec();
+  const std::string json = BundleToJson(spec);
+  auto back = BundleFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(BundleToJson(*back), json);
+  EXPECT_EQ(SerializeBundle(*back), SerializeBundle(spec));
+}
+
+TEST(Bundle, PackInspectPackThroughTheCliIsIdentical) {
+  TempFile json("spec.json"), b1("b1.cgb"), json2("spec2.json"), b2("b2.cgb");
+  std::ofstream(json.path) << BundleToJson(SampleSpec());
+  int rc = 0;
+  std::string out = RunCli("pack " + json.path + " -o " + b1.path, &rc);
+  ASSERT_EQ(rc, 0) << out;
+  out = RunCli("inspect --json " + b1.path + " > " + json2.path, &rc);
+  ASSERT_EQ(rc, 0) << out;
+  out = RunCli("pack " + json2.path + " -o " + b2.path, &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(ReadAll(b1.path), ReadAll(b2.path));
+  out = RunCli("inspect " + b1.path, &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("gemm f32 nn m=128 n=768 k=768"), std::string::npos) << out;
+  EXPECT_NE(out.find("2.00x"), std::string::npos) << out;
+}
+
+TEST(Bundle, RefusesTruncatedFilesAtEveryLength) {
+  const auto bytes = SerializeBundle(SampleSpec());
+  for (size_t len = 0; len < bytes.size(); len += 1 + len / 16) {
+    auto r = ParseBundle(std::span<const uint8_t>(bytes.data(), len), "cut");
+    EXPECT_FALSE(r.ok()) << "length " << len;
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().ToString();
+  }
+}
+
+TEST(Bundle, BitFlipsNeverCrashAndAreRefusedOrRejectedCleanly) {
+  const auto good = SerializeBundle(SampleSpec());
+  auto rt = Runtime::Create({.threads = 0, .miss_report_path = "", .warn_on_miss = false});
+  ASSERT_TRUE(rt.ok());
+  int refused = 0, loaded = 0;
+  for (size_t i = 0; i < good.size(); ++i) {
+    for (int bit : {0, 3, 7}) {
+      auto bytes = good;
+      bytes[i] ^= uint8_t(1u << bit);
+      auto r = (*rt)->LoadBundleBuffer(bytes, "flipped");
+      r.ok() ? ++loaded : ++refused;
+      if (!r.ok()) EXPECT_NE(r.status().message().find("flipped"), std::string::npos) << r.status().ToString();
+    }
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(loaded, 0);  // flips inside numbers or strings still verify; entries are then re-checked
+}
+
+TEST(Bundle, RefusesWrongIdentifierAndNewerSchema) {
+  auto bytes = SerializeBundle(SampleSpec());
+  auto wrong = bytes;
+  wrong[4] = 'X';
+  auto r = ParseBundle(wrong, "wrong.cgb");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("identifier"), std::string::npos) << r.status().message();
+
+  BundleSpec newer = SampleSpec();
+  newer.schema_version = kBundleSchemaVersion + 1;
+  r = ParseBundle(SerializeBundle(newer), "newer.cgb");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("newer"), std::string::npos) << r.status().message();
+
+  const char text[] = "this is not a bundle at all, just some text";
+  r = ParseBundle(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text), sizeof text), "text");
+  EXPECT_FALSE(r.ok());
+}
+
+TEST(Bundle, RejectsBadEntriesAndKeepsTheGoodOnes) {
+  const DeviceInfo host = HostCpuDevice();
+  BundleSpec spec = HostBundle(host, {OpKey::Gemm(8, 8, 8), OpKey::Gemm(9, 9, 9), OpKey::Gemm(10, 10, 10),
+                                      OpKey::Gemm(11, 11, 11), OpKey::Gemm(12, 12, 12)});
+  spec.entries[1].schedule.variant = "cpu_f32_gemm_99x99__imaginary";
+  spec.entries[2].schedule.params[0].second = 123457;  // not an allowed value
+  spec.entries[3].schedule.params.push_back({"no_such_param", 1});
+  spec.entries.push_back(spec.entries[0]);  // duplicate key
+  auto rt = Runtime::Create({.threads = 0, .miss_report_path = "", .warn_on_miss = false});
+  ASSERT_TRUE(rt.ok());
+  auto rep = (*rt)->LoadBundleBuffer(SerializeBundle(spec), "mixed");
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->entries_total, 6u);
+  EXPECT_EQ(rep->entries_loaded, 2u);
+  ASSERT_EQ(rep->rejected.size(), 4u);
+  EXPECT_EQ(rep->rejected[0].reason, EntryRejection::kUnknownVariant);
+  EXPECT_EQ(rep->rejected[1].reason, EntryRejection::kBadParameter);
+  EXPECT_NE(rep->rejected[1].message.find("123457"), std::string::npos) << rep->rejected[1].message;
+  EXPECT_EQ(rep->rejected[2].reason, EntryRejection::kBadParameter);
+  EXPECT_EQ(rep->rejected[3].reason, EntryRejection::kDuplicateKey);
+  EXPECT_TRUE((*rt)->Resolve(OpKey::Gemm(8, 8, 8))->hit);
+  EXPECT_TRUE((*rt)->Resolve(OpKey::Gemm(12, 12, 12))->hit);
+  auto r9 = (*rt)->Resolve(OpKey::Gemm(9, 9, 9));
+  ASSERT_TRUE(r9.ok());
+  EXPECT_FALSE(r9->hit);
+  EXPECT_EQ(r9->miss_kind, MissKind::kRejectedEntry);
+  EXPECT_EQ((*rt)->Resolve(OpKey::Gemm(13, 13, 13))->miss_kind, MissKind::kShapeMiss);
+}
+
+TEST(Bundle, AnotherDevicesBundleIsNotApplied) {
+  DeviceInfo other = HostCpuDevice();
+  other.threads += 7;
+  FinalizeDeviceInfo(other);
+  auto rt = Runtime::Create({.threads = 0, .miss_report_path = "", .warn_on_miss = false});
+  ASSERT_TRUE(rt.ok());
+  auto rep = (*rt)->LoadBundleBuffer(SerializeBundle(HostBundle(HostCpuDevice(), {OpKey::Gemm(4, 4, 4)})), "other");
+  ASSERT_TRUE(rep.ok());
+  // The bundle was built for HostCpuDevice() with the default budget, as is the runtime.
+  EXPECT_TRUE(rep->device_match);
+  auto rt2 = Runtime::Create({.threads = other.threads, .miss_report_path = "", .warn_on_miss = false});
+  ASSERT_TRUE(rt2.ok());
+  rep = (*rt2)->LoadBundleBuffer(SerializeBundle(HostBundle(HostCpuDevice(), {OpKey::Gemm(4, 4, 4)})), "other");
+  ASSERT_TRUE(rep.ok());
+  EXPECT_FALSE(rep->device_match);
+  EXPECT_EQ((*rt2)->Resolve(OpKey::Gemm(4, 4, 4))->miss_kind, MissKind::kDeviceMiss);
+}
+
+TEST(Bundle, AtomicWriteLeavesTheOldFileOnFailure) {
+  TempFile f("atomic.cgb");
+  ASSERT_TRUE(WriteBundleFile(f.path, SampleSpec()).ok());
+  const auto before = ReadAll(f.path);
+  Status st = WriteBundleFile("/nonexistent-dir/x.cgb", SampleSpec());
+  EXPECT_EQ(st.code(), StatusCode::kIoError);
+  st = WriteBundleFile("/dev/full", SampleSpec());
+  EXPECT_FALSE(st.ok());
+  struct stat sb {};
+  ASSERT_EQ(::stat("/dev/full", &sb), 0);
+  EXPECT_TRUE(S_ISCHR(sb.st_mode));
+  EXPECT_EQ(ReadAll(f.path), before);
+}
+
+TEST(Bundle, LoadsAHundredThousandEntries) {
+  const DeviceInfo host = HostCpuDevice();
+  auto base = DefaultSchedule(OpKey::Gemm(64, 64, 64), host);
+  ASSERT_TRUE(base.ok());
+  BundleSpec spec;
+  spec.device = host;
+  for (int i = 0; i < 100000; ++i) {
+    BundleEntry e;
+    e.key = OpKey::Gemm(1 + i % 500, 64 + i / 500, 64);
+    e.schedule = ToNamed(*base);
+    e.tuned_us = 1;
+    e.default_us = 2;
+    spec.entries.push_back(e);
+  }
+  auto rt = Runtime::Create({.threads = 0, .miss_report_path = "", .warn_on_miss = false});
+  ASSERT_TRUE(rt.ok());
+  auto rep = (*rt)->LoadBundleBuffer(SerializeBundle(spec), "big");
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->entries_loaded, 100000u);
+  EXPECT_TRUE((*rt)->Resolve(OpKey::Gemm(500, 263, 64))->hit);
+}
+
+}  // namespace
+}  // namespace cliffguard

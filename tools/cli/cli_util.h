@@ -1,0 +1,31 @@
+// Helpers shared by the subcommands: shape parsing and plain-text tables.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cliffguard/op_key.h"
+#include "cliffguard/status.h"
+
+namespace cliffguard::cli {
+
+// "M,N,K" or "M,N,K,LAYOUT" with LAYOUT one of nn, nt, tn, tt (default nn), or a
+// canonical key text ("gemm f32 nn m=1 n=2 k=3"). Errors name the text and the rule.
+StatusOr<OpKey> ParseGemmShape(std::string_view text);
+
+// Left-aligned text columns, numbers right-aligned; header underlined.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : header_(std::move(header)) {}
+  void Row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
+  std::string Render() const;
+
+ private:
+  std::vector<std::string> header_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string HumanMicros(double us);  // "12.3 us", "4.56 ms", "7.89 s"
+
+}  // namespace cliffguard::cli

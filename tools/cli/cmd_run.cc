@@ -1,0 +1,116 @@
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli_util.h"
+#include "cliffguard/runtime.h"
+#include "commands.h"
+#include "report_print.h"
+
+namespace cliffguard::cli {
+
+void AddRunCommand(CLI::App& app) {
+  struct Opts {
+    std::vector<std::string> bundles;
+    std::string op = "gemm";
+    std::vector<std::string> shapes;
+    int iters = 50;
+    int threads = 0;
+    std::string miss_report;
+    bool plan = false;
+  };
+  auto opts = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand("run", "Serve calls through the runtime and report hits, misses and speed");
+  cmd->add_option("--bundle", opts->bundles, "Bundle to load (repeatable)");
+  cmd->add_option("--op", opts->op, "Operator")->check(CLI::IsMember({"gemm"}));
+  cmd->add_option("--shape", opts->shapes, "M,N,K[,LAYOUT] (repeatable; LAYOUT nn|nt|tn|tt)")->required();
+  cmd->add_option("--iters", opts->iters, "Calls per shape")->check(CLI::Range(1, 100000000));
+  cmd->add_option("--threads", opts->threads, "Thread budget (0: CLIFFGUARD_THREADS or all)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--miss-report", opts->miss_report, "Write the miss report JSON here");
+  cmd->add_flag("--plan", opts->plan, "Dispatch through GemmPlan (create once, run many) instead of per call");
+  cmd->callback([opts] {
+    std::vector<OpKey> keys;
+    for (const auto& s : opts->shapes) {
+      auto k = ParseGemmShape(s);
+      ExitIfError(k.status(), "run");
+      keys.push_back(*k);
+    }
+    RuntimeOptions ro;
+    ro.threads = opts->threads;
+    auto rt = Runtime::Create(ro);
+    ExitIfError(rt.status(), "run");
+    Runtime& r = **rt;
+    fmt::print("device {} ({}, {} threads)\n", r.device().fingerprint, r.device().name, r.device().threads);
+    for (const auto& b : opts->bundles) {
+      auto rep = r.LoadBundleFile(b);
+      ExitIfError(rep.status(), "run");
+      if (rep->device_match)
+        fmt::print("bundle {}: {} of {} entries loaded, {} rejected\n", b, rep->entries_loaded, rep->entries_total,
+                   rep->rejected.size());
+      else
+        fmt::print("bundle {}: not applied ({})\n", b, rep->device_rule);
+      for (const auto& e : rep->rejected) fmt::print("  rejected ({}): {}\n", EntryRejectionName(e.reason), e.message);
+    }
+    fmt::print("\n");
+    Table t({"key", "dispatch", "time/call", "GFLOP/s", "schedule"});
+    std::mt19937 rng(42);
+    std::uniform_real_distribution<float> dist(-1.f, 1.f);
+    for (const OpKey& key : keys) {
+      const int64_t m = key.m(), n = key.n(), k = key.k();
+      std::vector<float> A(size_t(m * k)), B(size_t(k * n)), C(size_t(m * n));
+      for (auto& x : A) x = dist(rng);
+      for (auto& x : B) x = dist(rng);
+      GemmArgs a;
+      a.trans_a = key.trans_a;
+      a.trans_b = key.trans_b;
+      a.m = m;
+      a.n = n;
+      a.k = k;
+      a.a = A.data();
+      a.lda = key.trans_a ? m : k;
+      a.b = B.data();
+      a.ldb = key.trans_b ? k : n;
+      a.c = C.data();
+      a.ldc = n;
+      auto res = r.Resolve(key);
+      ExitIfError(res.status(), "run");
+      GemmPlan plan;
+      if (opts->plan) {
+        auto p = r.PlanGemm(key);
+        ExitIfError(p.status(), "run");
+        plan = std::move(p).value();
+      }
+      std::vector<double> us;
+      us.reserve(size_t(opts->iters));
+      for (int i = 0; i < opts->iters; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        Status st = opts->plan ? plan.Run(A.data(), a.lda, B.data(), a.ldb, C.data(), a.ldc) : r.Gemm(a);
+        const auto t1 = std::chrono::steady_clock::now();
+        ExitIfError(st, "run");
+        us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      }
+      std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
+      const double med = us[us.size() / 2];
+      const std::string how = res->hit ? "hit" : fmt::format("miss ({}, {})", MissKindName(res->miss_kind), res->fallback);
+      t.Row({key.ToString(), how, HumanMicros(med), fmt::format("{:.1f}", key.Flops() / (med * 1e3)),
+             res->schedule.ToString()});
+    }
+    fmt::print("{}\n", t.Render());
+    uint64_t hits = 0, misses = 0;
+    for (const auto& s : r.Stats()) {
+      hits += s.hits;
+      misses += s.misses;
+    }
+    fmt::print("calls {}: {} hits, {} misses\n\nmiss report (ranked by expected gain):\n", hits + misses, hits, misses);
+    fmt::print("{}", RenderMissReport(r.GetMissReport()));
+    if (!opts->miss_report.empty()) {
+      ExitIfError(r.WriteMissReport(opts->miss_report), "run");
+      fmt::print("\nmiss report written to {}\n", opts->miss_report);
+    }
+  });
+}
+
+}  // namespace cliffguard::cli
