@@ -44,6 +44,12 @@ void Split(int64_t total, int tid, int nt, int64_t& begin, int64_t& end) {
   end = begin + q + (tid < r ? 1 : 0);
 }
 
+// dst[0:n] = src[0:n], dst[n:width] = 0. Short rows: an inline loop beats memcpy.
+inline void CopyRow(float* __restrict dst, const float* __restrict src, int n, int width) {
+  for (int j = 0; j < n; ++j) dst[j] = src[j];
+  for (int j = n; j < width; ++j) dst[j] = 0.0f;
+}
+
 struct AView {
   const float* base;
   int64_t panel_stride, rs, ks;
@@ -97,7 +103,7 @@ void PackA(const Ctx& c, int64_t ic, int64_t mcb, int64_t pc, int64_t kcb, int64
       for (; p < kcb; ++p)
         for (int i = 0; i < mb; ++i) d[p * mr + i] = c.a[(ib + i) * c.lda + pc + p];
     } else {
-      for (int64_t p = 0; p < kcb; ++p) std::memcpy(d + p * mr, c.a + (pc + p) * c.lda + ib, mb * sizeof(float));
+      for (int64_t p = 0; p < kcb; ++p) CopyRow(d + p * mr, c.a + (pc + p) * c.lda + ib, mb, mb);
     }
   }
 }
@@ -111,10 +117,7 @@ void PackB(const Ctx& c, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, int64
     const int64_t jb = jc + q * nr;
     const int nb = static_cast<int>(std::min<int64_t>(nr, ncb - q * nr));
     if (!c.tb) {
-      for (int64_t p = 0; p < kcb; ++p) {
-        std::memcpy(d + p * nr, c.b + (pc + p) * c.ldb + jb, nb * sizeof(float));
-        for (int j = nb; j < nr; ++j) d[p * nr + j] = 0.0f;
-      }
+      for (int64_t p = 0; p < kcb; ++p) CopyRow(d + p * nr, c.b + (pc + p) * c.ldb + jb, nb, nr);
     } else {
       if (nb < nr)
         for (int64_t p = 0; p < kcb; ++p)
@@ -155,10 +158,7 @@ BView PrepareB(const Ctx& c, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, i
     v.edge_q = ncb / c.nr;
     if (v.edge_q >= q0 && v.edge_q < q1) {
       const int nb = static_cast<int>(ncb % c.nr);
-      for (int64_t p = 0; p < kcb; ++p) {
-        std::memcpy(dst + p * c.nr, v.base + p * c.ldb + v.edge_q * c.nr, nb * sizeof(float));
-        for (int j = nb; j < c.nr; ++j) dst[p * c.nr + j] = 0.0f;
-      }
+      for (int64_t p = 0; p < kcb; ++p) CopyRow(dst + p * c.nr, v.base + p * c.ldb + v.edge_q * c.nr, nb, c.nr);
     }
   }
   return v;

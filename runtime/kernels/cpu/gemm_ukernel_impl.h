@@ -66,6 +66,12 @@ void Tile(const UkArgs& p) {
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) acc[i][v] = T::Zero();
 
+  constexpr int kCLines = (NV * W * 4 + 63) / 64;
+#pragma GCC unroll 16
+  for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+    for (int l = 0; l < kCLines; ++l) __builtin_prefetch(p.c + i * p.ldc + l * 16, 1, 3);
+
   const float* a = p.a;
   const float* b = p.b;
   const int64_t a_rs = kPacked ? 1 : p.a_rs;
