@@ -61,18 +61,6 @@ StatusOr<DType> ParseDType(std::string_view s) {
   return InvalidArgument(fmt::format("dtype '{}' is not one of: f32, f16, bf16", s));
 }
 
-OpKey OpKey::Gemm(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, DType dtype) {
-  OpKey key;
-  key.op = OpKind::kGemm;
-  key.dtype = dtype;
-  key.trans_a = trans_a;
-  key.trans_b = trans_b;
-  key.dims[0] = m;
-  key.dims[1] = n;
-  key.dims[2] = k;
-  return key;
-}
-
 OpKey OpKey::Conv2d(int64_t n, int64_t h, int64_t w, int64_t ic, int64_t oc, int64_t kh, int64_t kw,
                     int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w, DType dtype) {
   OpKey key;

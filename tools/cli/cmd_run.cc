@@ -104,11 +104,13 @@ void AddRunCommand(CLI::App& app) {
       hits += s.hits;
       misses += s.misses;
     }
-    fmt::print("calls {}: {} hits, {} misses\n\nmiss report (ranked by expected gain):\n", hits + misses, hits, misses);
-    fmt::print("{}", RenderMissReport(r.GetMissReport()));
+    fmt::print("calls {}: {} hits, {} misses\n", hits + misses, hits, misses);
     if (!opts->miss_report.empty()) {
       ExitIfError(r.WriteMissReport(opts->miss_report), "run");
-      fmt::print("\nmiss report written to {}\n", opts->miss_report);
+      fmt::print("miss report written to {} (read it with: cliffguard misses {})\n", opts->miss_report,
+                 opts->miss_report);
+    } else {
+      fmt::print("\nmiss report (ranked by expected gain):\n{}", RenderMissReport(r.GetMissReport()));
     }
   });
 }

@@ -61,8 +61,9 @@ struct OpKey {
   uint64_t Hash() const;
 
   friend bool operator==(const OpKey& a, const OpKey& b) {
-    return a.op == b.op && a.dtype == b.dtype && a.trans_a == b.trans_a &&
-           a.trans_b == b.trans_b && a.dims == b.dims;
+    uint64_t diff = 0;  // branch-free: compiles to a few vector compares
+    for (int i = 0; i < kMaxDims; ++i) diff |= static_cast<uint64_t>(a.dims[i] ^ b.dims[i]);
+    return diff == 0 && a.op == b.op && a.dtype == b.dtype && a.trans_a == b.trans_a && a.trans_b == b.trans_b;
   }
   friend bool operator!=(const OpKey& a, const OpKey& b) { return !(a == b); }
 };
@@ -80,13 +81,30 @@ inline uint64_t MixHash64(uint64_t x) {
   return x;
 }
 
+inline OpKey OpKey::Gemm(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, DType dtype) {
+  OpKey key;
+  key.op = OpKind::kGemm;
+  key.dtype = dtype;
+  key.trans_a = trans_a;
+  key.trans_b = trans_b;
+  key.dims[0] = m;
+  key.dims[1] = n;
+  key.dims[2] = k;
+  return key;
+}
+
 inline uint64_t OpKey::Hash() const {
-  uint64_t h = (static_cast<uint64_t>(op) << 24) | (static_cast<uint64_t>(dtype) << 16) |
-               (static_cast<uint64_t>(trans_a) << 8) | static_cast<uint64_t>(trans_b);
-  h = MixHash64(h ^ 0x9e3779b97f4a7c15ULL);
+  // Independent multiplies by distinct odd constants, summed, then one mix: a few
+  // cycles, no serial chain over the dimensions.
+  constexpr uint64_t kMul[kMaxDims + 1] = {
+      0x9e3779b97f4a7c15ULL, 0xc2b2ae3d27d4eb4fULL, 0x165667b19e3779f9ULL, 0xd6e8feb86659fd93ULL,
+      0xff51afd7ed558ccdULL, 0xc4ceb9fe1a85ec53ULL, 0x94d049bb133111ebULL, 0xbf58476d1ce4e5b9ULL,
+      0x2545f4914f6cdd1dULL, 0x9fb21c651e98df25ULL, 0xa0761d6478bd642fULL, 0xe7037ed1a0b428dbULL};
+  uint64_t h = ((static_cast<uint64_t>(op) << 24) | (static_cast<uint64_t>(dtype) << 16) |
+                (static_cast<uint64_t>(trans_a) << 8) | static_cast<uint64_t>(trans_b)) * kMul[kMaxDims];
   const int nd = op == OpKind::kGemm ? 3 : kMaxDims;
-  for (int i = 0; i < nd; ++i) h = MixHash64(h ^ (static_cast<uint64_t>(dims[i]) + 0x9e3779b97f4a7c15ULL * (i + 1)));
-  return h;
+  for (int i = 0; i < nd; ++i) h += static_cast<uint64_t>(dims[i]) * kMul[i];
+  return MixHash64(h);
 }
 
 }  // namespace cliffguard
