@@ -17,7 +17,8 @@
 
 namespace cliffguard::tuner {
 
-using nlohmann::json;
+// ordered: fields and schedule parameters keep their written order.
+using json = nlohmann::ordered_json;
 
 const char* RecordKindName(RecordKind k) {
   switch (k) {
@@ -43,17 +44,15 @@ double UnixNow() {
 
 std::string RecordToJson(const LogRecord& r) {
   json params = json::object();
-  // nlohmann's object keeps keys sorted; declaration order is in "order".
   for (const auto& [name, value] : r.schedule.params) params[name] = value;
   json j = json::object();
   j["v"] = kTuningLogVersion;
   j["kind"] = RecordKindName(r.kind);
   j["key"] = r.key.ToString();
   j["device"] = r.device;
-  json sched = {{"variant", r.schedule.variant}, {"params", params}};
-  json order = json::array();
-  for (const auto& p : r.schedule.params) order.push_back(p.first);
-  sched["order"] = order;
+  json sched = json::object();
+  sched["variant"] = r.schedule.variant;
+  sched["params"] = params;
   j["schedule"] = sched;
   j["strategy"] = r.strategy;
   j["seed"] = r.seed;
@@ -104,15 +103,10 @@ StatusOr<LogRecord> RecordFromJson(std::string_view line) {
   if (!s.contains("variant") || !s["variant"].is_string()) return DataLoss("schedule.variant is missing or not a string");
   r.schedule.variant = s["variant"].get<std::string>();
   if (!s.contains("params") || !s["params"].is_object()) return DataLoss("schedule.params is missing or not an object");
-  std::vector<std::string> order;
-  if (s.contains("order") && s["order"].is_array())
-    for (const auto& o : s["order"]) if (o.is_string()) order.push_back(o.get<std::string>());
   for (const auto& [name, value] : s["params"].items()) {
     if (!value.is_number_integer()) return DataLoss(fmt::format("schedule.params.{} is not an integer", name));
-    if (std::find(order.begin(), order.end(), name) == order.end()) order.push_back(name);
+    r.schedule.params.emplace_back(name, value.get<int64_t>());
   }
-  for (const auto& name : order)
-    if (s["params"].contains(name)) r.schedule.params.emplace_back(name, s["params"][name].get<int64_t>());
   CG_RETURN_IF_ERROR(need("strategy", json::value_t::string));
   r.strategy = j["strategy"].get<std::string>();
   CG_RETURN_IF_ERROR(need("seed", json::value_t::number_unsigned));

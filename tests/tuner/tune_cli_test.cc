@@ -1,0 +1,201 @@
+// `cliffguard tune` and `cliffguard merge` as a user runs them (CG_CLI_PATH): a run
+// killed with SIGKILL resumes without repeating a measurement; bad input exits
+// non-zero naming the value; workload files and miss reports select keys; merge.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "cliffguard/bundle.h"
+#include "cliffguard/miss_report.h"
+#include "cliffguard/runtime.h"
+#include "cliffguard/tuner/tuning_log.h"
+
+namespace cliffguard::tuner {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  auto p = (std::filesystem::temp_directory_path() / fmt::format("cg_cli_{}_{}", ::getpid(), name)).string();
+  std::remove(p.c_str());
+  return p;
+}
+
+struct CliResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+CliResult RunCli(const std::string& args) {
+  CliResult r;
+  const std::string cmd = fmt::format("'{}' {} 2>&1", CG_CLI_PATH, args);
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int st = ::pclose(p);
+  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+int CountLines(const std::string& path) {
+  std::ifstream in(path);
+  int n = 0;
+  std::string line;
+  while (std::getline(in, line)) ++n;
+  return n;
+}
+
+const std::string kFast = "--min-time-ms 3 --min-repeats 3";
+
+TEST(TuneCliTest, KilledRunResumesWithoutRepeatingMeasurements) {
+  const std::string log = TempPath("killed.jsonl"), out = TempPath("killed.cgb");
+  const std::string shape = "48,128,96";
+  const std::string args = fmt::format("tune --op gemm --shape {} --trials 30 --batch 4 --strategy random --seed 3 "
+                                       "--log {} --out {} --min-time-ms 15 --min-repeats 3",
+                                       shape, log, out);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string cmd = fmt::format("exec '{}' {} >/dev/null 2>&1", CG_CLI_PATH, args);
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Kill once some trial records are in the log (the default record comes first).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (CountLines(log) < 7 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFSIGNALED(st)) << "tune finished before it could be killed";
+  const int lines_at_kill = CountLines(log);
+  ASSERT_GE(lines_at_kill, 7);
+  ASSERT_FALSE(std::filesystem::exists(out));
+
+  CliResult r = RunCli(args + " --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed"), std::string::npos) << r.output;
+
+  auto contents = ReadTuningLog(log);
+  ASSERT_TRUE(contents.ok()) << contents.status().ToString();
+  EXPECT_FALSE(contents->dropped_last_line);
+  std::set<std::string> schedules;
+  std::set<int64_t> trials;
+  int defaults = 0;
+  for (const auto& rec : contents->records) {
+    defaults += rec.kind == RecordKind::kDefault;
+    if (rec.kind != RecordKind::kTrial) continue;
+    std::string s = rec.schedule.variant;
+    for (const auto& [k, v] : rec.schedule.params) s += fmt::format(" {}={}", k, v);
+    EXPECT_TRUE(schedules.insert(s).second) << "measured twice: " << s;
+    EXPECT_TRUE(trials.insert(rec.trial).second) << "trial index twice: " << rec.trial;
+  }
+  EXPECT_EQ(defaults, 1);
+  EXPECT_EQ(trials.size(), 30u);
+  EXPECT_EQ(*trials.begin(), 0);
+  EXPECT_EQ(*trials.rbegin(), 29);
+
+  auto rt = Runtime::Create();
+  ASSERT_TRUE(rt.ok());
+  ASSERT_TRUE((*rt)->LoadBundleFile(out).ok());
+  auto res = (*rt)->Resolve(OpKey::Gemm(48, 128, 96));
+  ASSERT_TRUE(res.ok());
+  EXPECT_TRUE(res->hit);
+  std::remove(log.c_str());
+  std::remove(out.c_str());
+}
+
+TEST(TuneCliTest, BadInputExitsNonZeroNamingTheValue) {
+  const std::string log = TempPath("bad.jsonl"), out = TempPath("bad.cgb");
+  struct Case {
+    std::string args, expect;
+  } cases[] = {
+      {"--shape 1,2", "'1,2'"},
+      {"--shape 4,4,0", "K=0"},
+      {"--shape 4,4,4,nx", "nx"},
+      {"--shape 4,4,4 --strategy annealing", "annealing"},
+      {"--shape 4,4,4 --objective lambdamart", "lambdamart"},
+      {"--shape 4,4,4 --trials 0", "trials=0"},
+      {"--op conv2d --shape 4,4,4", "conv2d"},
+      {"--workload /nonexistent/w.txt", "/nonexistent/w.txt"},
+      {"--from-report /nonexistent/r.json", "/nonexistent/r.json"},
+      {"", "no keys"},
+  };
+  for (const auto& c : cases) {
+    CliResult r = RunCli(fmt::format("tune {} --log {} --out {} {}", c.args, log, out, kFast));
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.args << " -> " << r.output;
+  }
+  std::ofstream(log) << "{\"v\":1}\n";
+  CliResult r = RunCli(fmt::format("tune --shape 4,4,4 --log {} --out {} {}", log, out, kFast));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--resume"), std::string::npos) << r.output;
+  std::remove(log.c_str());
+}
+
+TEST(TuneCliTest, WorkloadAndMissReportSelectKeysAndSummaryIsPrinted) {
+  const std::string wl = TempPath("w.txt"), log = TempPath("w.jsonl"), out = TempPath("w.cgb");
+  std::ofstream(wl) << "# two shapes\ngemm f32 nn m=8 n=64 k=32\ngemm f32 tn m=12 n=40 k=24  # transposed A\n";
+  CliResult r = RunCli(fmt::format("tune --workload {} --trials 4 --strategy grid --log {} --out {} {}", wl, log, out, kFast));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("speed-up"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("gemm f32 tn m=12 n=40 k=24"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[2/2]"), std::string::npos) << r.output;  // plain progress lines (not a TTY)
+  auto spec = ReadBundleFile(out);
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->entries.size(), 2u);
+
+  MissReport rep;
+  rep.device_fingerprint = spec->device.fingerprint;
+  for (int i = 0; i < 3; ++i) {
+    MissRecord m;
+    m.key = OpKey::Gemm(4 + i, 32, 16);
+    m.count = 10 - i;
+    m.fallback_us_total = 100.0 * (3 - i);
+    m.expected_gain_us = 50.0 * (3 - i);
+    rep.records.push_back(m);
+    rep.calls += m.count;
+    rep.misses += m.count;
+  }
+  const std::string rp = TempPath("r.json"), log2 = TempPath("r.jsonl"), out2 = TempPath("r.cgb");
+  std::ofstream(rp) << MissReportToJson(rep);
+  r = RunCli(fmt::format("tune --from-report {} --top 2 --trials 3 --strategy random --log {} --out {} {}", rp, log2, out2, kFast));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto spec2 = ReadBundleFile(out2);
+  ASSERT_TRUE(spec2.ok());
+  ASSERT_EQ(spec2->entries.size(), 2u);
+  std::set<std::string> got;
+  for (const auto& e : spec2->entries) got.insert(e.key.ToString());
+  EXPECT_TRUE(got.count(OpKey::Gemm(4, 32, 16).ToString()));
+  EXPECT_TRUE(got.count(OpKey::Gemm(5, 32, 16).ToString()));
+
+  // merge: same device keeps the faster entry; different devices are refused.
+  const std::string merged = TempPath("m.cgb");
+  r = RunCli(fmt::format("merge {} {} -o {}", out, out2, merged));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto m = ReadBundleFile(merged);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->entries.size(), 4u);
+  BundleSpec other = *spec2;
+  other.device.fingerprint = "cpu-avx2-t2-0123456789abcdef";
+  const std::string other_path = TempPath("other.cgb");
+  ASSERT_TRUE(WriteBundleFile(other_path, other).ok());
+  r = RunCli(fmt::format("merge {} {} -o {}", out, other_path, merged));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("cpu-avx2-t2-0123456789abcdef"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(spec->device.fingerprint), std::string::npos) << r.output;
+  for (const auto& p : {wl, log, out, rp, log2, out2, merged, other_path}) std::remove(p.c_str());
+}
+
+}  // namespace
+}  // namespace cliffguard::tuner

@@ -1,0 +1,172 @@
+// Tuner driver: planted bad variants never reach the bundle while tuning goes on;
+// every strategy fills a bundle that hits; in-process resume; option errors.
+#include "cliffguard/tuner/tuner.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <set>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "cliffguard/runtime.h"
+#include "cliffguard/tuner/strategy.h"
+#include "cliffguard/tuner/tuning_log.h"
+
+namespace cliffguard::tuner {
+namespace testing {
+// Defined in measurer_test.cc (same test binary).
+std::vector<const KernelVariant*> PlantedVariants();
+MeasureOptions FastMeasureOptions();
+}  // namespace testing
+
+namespace {
+
+std::string TempPath(const std::string& name) {
+  auto p = (std::filesystem::temp_directory_path() / fmt::format("cg_{}_{}", ::getpid(), name)).string();
+  std::remove(p.c_str());
+  return p;
+}
+
+TunerOptions Fast(const std::vector<OpKey>& keys, const std::string& strategy, int trials, const std::string& log) {
+  TunerOptions o;
+  o.keys = keys;
+  o.strategy = strategy;
+  o.trials = trials;
+  o.batch_size = 4;
+  o.log_path = log;
+  o.measure = testing::FastMeasureOptions();
+  o.measure.timeout_s = 5;
+  return o;
+}
+
+TEST(TunerTest, PlantedWrongCrashingAndHangingVariantsNeverWin) {
+  const std::string log = TempPath("planted.jsonl");
+  // The planted space: 12 good + 12 wrong + 1 crashing + 1 hanging point; 26 trials
+  // with the grid strategy measure all of them.
+  TunerOptions o = Fast({OpKey::Gemm(24, 40, 16)}, "grid", 26, log);
+  o.variants = testing::PlantedVariants();
+  o.measure.timeout_s = 1.5;
+  auto res = Tune(o);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  ASSERT_EQ(res->summaries.size(), 1u);
+  const KeySummary& s = res->summaries[0];
+  EXPECT_EQ(s.trials, 26);
+  EXPECT_EQ(s.errors, 14);
+  ASSERT_TRUE(s.has_best);
+  ASSERT_EQ(res->bundle.entries.size(), 1u);
+  const std::string winner = res->bundle.entries[0].schedule.variant;
+  EXPECT_TRUE(winner == "test_f32_gemm_good__scalar" || winner.rfind("cpu_", 0) == 0) << winner;  // default may win
+  for (const auto& d : res->bundle.defaults)
+    EXPECT_TRUE(d.schedule.variant.find("wrong") == std::string::npos && d.schedule.variant.find("crash") == std::string::npos &&
+                d.schedule.variant.find("hang") == std::string::npos)
+        << d.schedule.variant;
+
+  auto contents = ReadTuningLog(log);
+  ASSERT_TRUE(contents.ok()) << contents.status().ToString();
+  int wrong = 0, crash = 0, hang = 0, defaults = 0;
+  for (const auto& r : contents->records) {
+    defaults += r.kind == RecordKind::kDefault;
+    if (r.ok) continue;
+    wrong += r.error.find("wrong result: max rel error") != std::string::npos;
+    crash += r.error.find("SIGSEGV") != std::string::npos;
+    hang += r.error.find("timeout") != std::string::npos;
+  }
+  EXPECT_EQ(wrong, 12);
+  EXPECT_EQ(crash, 1);
+  EXPECT_EQ(hang, 1);
+  EXPECT_EQ(defaults, 1);
+  std::remove(log.c_str());
+}
+
+TEST(TunerTest, EveryStrategyFillsABundleThatHits) {
+  const std::vector<OpKey> keys = {OpKey::Gemm(32, 64, 64), OpKey::Gemm(8, 96, 32, false, true)};
+  for (std::string_view name : StrategyNames()) {
+    const std::string log = TempPath(fmt::format("strat_{}.jsonl", name));
+    const std::string out = TempPath(fmt::format("strat_{}.cgb", name));
+    TunerOptions o = Fast(keys, std::string(name), 8, log);
+    int progress_calls = 0;
+    o.progress = [&](const TuneProgress& p) {
+      ++progress_calls;
+      EXPECT_LE(p.trials_done, p.trials_total);
+    };
+    auto res = Tune(o);
+    ASSERT_TRUE(res.ok()) << name << ": " << res.status().ToString();
+    EXPECT_GT(progress_calls, 0);
+    ASSERT_EQ(res->bundle.entries.size(), keys.size()) << name;
+    EXPECT_EQ(res->bundle.defaults.size(), 1u) << name;
+    EXPECT_EQ(!res->bundle.cost_model.empty(), name == "xgb") << name;
+    for (const auto& s : res->summaries) {
+      EXPECT_EQ(s.trials, 8) << name;
+      EXPECT_GT(s.gflops, 0) << name;
+      EXPECT_GT(s.default_us, 0) << name;
+    }
+    ASSERT_TRUE(WriteBundleFile(out, res->bundle).ok());
+    auto rt = Runtime::Create();
+    ASSERT_TRUE(rt.ok());
+    auto rep = (*rt)->LoadBundleFile(out);
+    ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+    EXPECT_TRUE(rep->rejected.empty()) << name << ": " << rep->rejected[0].message;
+    EXPECT_EQ(rep->defaults_loaded, 1u) << name;
+    for (const auto& k : keys) {
+      auto r = (*rt)->Resolve(k);
+      ASSERT_TRUE(r.ok());
+      EXPECT_TRUE(r->hit) << name << " " << k.ToString();
+    }
+    std::remove(log.c_str());
+    std::remove(out.c_str());
+  }
+}
+
+TEST(TunerTest, ResumeContinuesWithoutRepeatingAndExistingLogIsRefused) {
+  const std::string log = TempPath("resume.jsonl");
+  const OpKey key = OpKey::Gemm(16, 64, 48);
+  TunerOptions o = Fast({key}, "random", 6, log);
+  ASSERT_TRUE(Tune(o).ok());
+  o.trials = 10;
+  auto refused = Tune(o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("--resume"), std::string::npos);
+  o.resume = true;
+  auto res = Tune(o);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->summaries[0].resumed, 6);
+  EXPECT_EQ(res->summaries[0].trials, 10);
+  auto contents = ReadTuningLog(log);
+  ASSERT_TRUE(contents.ok());
+  std::set<std::string> seen;
+  std::set<int64_t> indices;
+  int defaults = 0;
+  for (const auto& r : contents->records) {
+    defaults += r.kind == RecordKind::kDefault;
+    if (r.kind != RecordKind::kTrial) continue;
+    EXPECT_TRUE(seen.insert(RecordToJson(LogRecord{.schedule = r.schedule})).second) << "repeated measurement";
+    EXPECT_TRUE(indices.insert(r.trial).second);
+  }
+  EXPECT_EQ(seen.size(), 10u);
+  EXPECT_EQ(*indices.rbegin(), 9);
+  EXPECT_EQ(defaults, 1);  // the default record was reused, not re-measured
+  std::remove(log.c_str());
+}
+
+TEST(TunerTest, BadOptionsNameTheValue) {
+  const std::string log = TempPath("bad.jsonl");
+  TunerOptions o = Fast({OpKey::Gemm(8, 8, 8)}, "annealing", 4, log);
+  auto r = Tune(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("annealing"), std::string::npos);
+  o.strategy = "random";
+  o.trials = 0;
+  EXPECT_NE(Tune(o).status().message().find("trials=0"), std::string::npos);
+  o.trials = 4;
+  o.objective = "lambdamart";
+  EXPECT_NE(Tune(o).status().message().find("lambdamart"), std::string::npos);
+  o.objective = "rank";
+  o.keys.clear();
+  EXPECT_FALSE(Tune(o).ok());
+  std::remove(log.c_str());
+}
+
+}  // namespace
+}  // namespace cliffguard::tuner

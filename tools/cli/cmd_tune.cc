@@ -1,0 +1,154 @@
+// `cliffguard tune`: measure candidate schedules and write the best verified one per
+// key into a bundle. See docs/tuning.md.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "cli_util.h"
+#include "cliffguard/bundle.h"
+#include "cliffguard/miss_report.h"
+#include "cliffguard/tuner/strategy.h"
+#include "cliffguard/tuner/tuner.h"
+#include "cliffguard/tuner/workload.h"
+#include "commands.h"
+
+namespace cliffguard::cli {
+namespace {
+
+std::string Duration(double s) {
+  if (s < 0) return "?";
+  if (s < 60) return fmt::format("{:.0f}s", s);
+  if (s < 3600) return fmt::format("{}m{:02d}s", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  return fmt::format("{}h{:02d}m", static_cast<int>(s) / 3600, (static_cast<int>(s) / 60) % 60);
+}
+
+std::string Us(double us) { return us > 0 ? fmt::format("{:.1f}", us) : "-"; }
+
+}  // namespace
+
+void AddTuneCommand(CLI::App& app) {
+  struct Opts {
+    std::string op = "gemm";
+    std::vector<std::string> shapes;
+    std::string workload, from_report, log, out;
+    int top = 5;
+    tuner::TunerOptions t;
+    bool no_bundle_default = false;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand("tune", "Measure candidate schedules and write the best verified ones to a bundle");
+  cmd->add_option("--op", o->op, "Op to tune (gemm)")->capture_default_str();
+  cmd->add_option("--shape", o->shapes,
+                  "GEMM shape M,N,K or M,N,K,TT (TT: nn, nt, tn, tt; t = that operand is stored transposed); repeatable");
+  cmd->add_option("--workload", o->workload, "Workload file: canonical op keys one per line ('#' comments) or a JSON array");
+  cmd->add_option("--from-report", o->from_report, "Miss report (JSON): tune its top-ranked keys");
+  cmd->add_option("--top", o->top, "With --from-report: how many top-ranked keys")->capture_default_str();
+  cmd->add_option("--trials", o->t.trials, "Trial measurements per key (resumed ones count)")->capture_default_str();
+  cmd->add_option("--strategy", o->t.strategy, "Search strategy: xgb, random, grid or ga")->capture_default_str();
+  cmd->add_option("--seed", o->t.seed, "Random seed")->capture_default_str();
+  cmd->add_option("--log", o->log, "Tuning log (JSON lines); refused if it exists, unless --resume")->required();
+  cmd->add_flag("--resume", o->t.resume, "Continue the run recorded in --log without repeating measurements");
+  cmd->add_option("--out", o->out, "Bundle to write (.cgb), atomically")->required();
+  cmd->add_option("--batch", o->t.batch_size, "Schedules per measured batch")->capture_default_str();
+  cmd->add_option("--objective", o->t.objective, "Cost model objective (xgb): rank (pairwise) or reg")->capture_default_str();
+  cmd->add_option("--threads", o->t.threads, "Device thread budget (0: CLIFFGUARD_THREADS or all)")->capture_default_str();
+  cmd->add_option("--min-time-ms", o->t.measure.min_time_ms, "Timed calls per candidate sum to at least this")
+      ->capture_default_str();
+  cmd->add_option("--min-repeats", o->t.measure.min_repeats, "At least this many timed calls per candidate")
+      ->capture_default_str();
+  cmd->add_option("--timeout-s", o->t.measure.timeout_s, "Per-candidate timeout (0: 30 s)")->capture_default_str();
+  cmd->add_option("--key-time-limit-s", o->t.key_time_limit_s, "Stop a key's trials after this long (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--time-limit-s", o->t.total_time_limit_s, "Stop starting batches after this long (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--tie-tolerance", o->t.tie_tolerance, "Near-tie band re-measured together (relative)")
+      ->capture_default_str();
+  cmd->add_flag("--no-bundle-default", o->no_bundle_default, "Do not compute the per-op bundle default");
+
+  cmd->callback([o] {
+    const std::string c = "tune";
+    if (o->op != "gemm") Fail(c, fmt::format("--op '{}' is not supported by the tuner (supported: gemm)", o->op));
+    std::vector<OpKey> keys;
+    for (const auto& s : o->shapes) {
+      auto k = tuner::ParseGemmShape(s);
+      ExitIfError(k.status(), c);
+      keys.push_back(*k);
+    }
+    if (!o->workload.empty()) {
+      auto w = tuner::ReadWorkloadFile(o->workload);
+      ExitIfError(w.status(), c);
+      keys.insert(keys.end(), w->begin(), w->end());
+    }
+    if (!o->from_report.empty()) {
+      if (o->top < 1) Fail(c, fmt::format("--top {} must be >= 1", o->top));
+      auto bytes = ReadFileBytes(o->from_report, int64_t{1} << 28);
+      ExitIfError(bytes.status(), c);
+      auto rep = MissReportFromJson(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+      if (!rep.ok()) Fail(c, fmt::format("miss report '{}': {}", o->from_report, rep.status().ToString()));
+      RankMissRecords(*rep);
+      int taken = 0;
+      for (const auto& r : rep->records) {
+        if (taken >= o->top) break;
+        if (r.key.op != OpKind::kGemm || r.key.dtype != DType::kF32) {
+          spdlog::warn("tune: --from-report: skipping {} (only f32 gemm is tuned)", r.key.ToString());
+          continue;
+        }
+        keys.push_back(r.key);
+        ++taken;
+      }
+      if (taken == 0) Fail(c, fmt::format("miss report '{}' lists no f32 gemm key to tune", o->from_report));
+      fmt::print(stderr, "tune: {} top-ranked keys from {}\n", taken, o->from_report);
+    }
+    for (const auto& k : keys)
+      if (k.op != OpKind::kGemm) Fail(c, fmt::format("key '{}' is not a gemm (--op gemm)", k.ToString()));
+    keys = tuner::DedupKeys(keys);
+    if (keys.empty()) Fail(c, "no keys to tune: give --shape, --workload or --from-report");
+
+    tuner::TunerOptions& t = o->t;
+    t.keys = keys;
+    t.log_path = o->log;
+    t.bundle_default = !o->no_bundle_default;
+    t.provenance_extra = fmt::format("tool=cliffguard-tune-{}", CliffguardVersion());
+    const bool tty = ::isatty(STDERR_FILENO);
+    bool line_open = false;
+    t.progress = [&](const tuner::TuneProgress& p) {
+      const std::string line = fmt::format(
+          "[{}/{}] {}  {}  trials {}/{} (run {}/{})  best {:.1f} GFLOP/s  elapsed {}  ETA {}", p.key_index + 1,
+          p.num_keys, p.key.ToString(), p.phase, p.key_trials_done, p.key_trials, p.trials_done, p.trials_total,
+          p.key_best_gflops, Duration(p.elapsed_s), Duration(p.eta_s));
+      if (tty) {
+        fmt::print(stderr, "\r\033[K{}", line);
+        line_open = true;
+      } else {
+        fmt::print(stderr, "{}\n", line);
+      }
+      std::fflush(stderr);
+    };
+    auto res = tuner::Tune(t);
+    if (line_open) fmt::print(stderr, "\n");
+    ExitIfError(res.status(), c);
+
+    Table table({"key", "default us", "tuned us", "speed-up", "GFLOP/s", "trials", "errors", "note"});
+    for (const auto& s : res->summaries)
+      table.Row({s.key.ToString(), Us(s.default_us), s.has_best ? Us(s.tuned_us) : "-",
+                 s.speedup > 0 ? fmt::format("{:.2f}x", s.speedup) : "-",
+                 s.has_best ? fmt::format("{:.1f}", s.gflops) : "-", fmt::format("{}", s.trials),
+                 fmt::format("{}", s.errors),
+                 s.note + (s.resumed ? fmt::format("{}{} resumed", s.note.empty() ? "" : "; ", s.resumed) : "")});
+    fmt::print("{}", table.Render());
+    if (res->bundle.entries.empty()) Fail(c, "no key got a verified schedule; no bundle written", 1);
+    ExitIfError(WriteBundleFile(o->out, res->bundle), c);
+    fmt::print("wrote {}: {} entries, {} op default(s), cost model {}; device {}\n", o->out, res->bundle.entries.size(),
+               res->bundle.defaults.size(),
+               res->bundle.cost_model.empty() ? "none" : fmt::format("{} bytes", res->bundle.cost_model.size()),
+               res->device.fingerprint);
+  });
+}
+
+}  // namespace cliffguard::cli

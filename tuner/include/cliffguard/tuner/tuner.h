@@ -1,0 +1,114 @@
+// The tuner driver: for each op key, asks a search strategy for batches of
+// schedules, measures them (measurer.h), logs every measurement (tuning_log.h),
+// feeds results back, decides the winner with a noise-aware rule, and assembles a
+// bundle (bundle_writer.h).
+//
+// Per key:
+//   1. the default schedule (DefaultSchedule) is measured once ("default" record;
+//      reused from the log on --resume): the size of the cliff a miss falls off.
+//   2. trials: batches of up to batch_size from the strategy until `trials`
+//      measurements of this key exist (resumed ones count), the space is
+//      exhausted, or a time limit passes.
+//   3. noise rule: every verified candidate (the default included) whose median is
+//      within tie_tolerance (3%) of the fastest, at most tie_max of them, is
+//      re-measured together, interleaved over several rounds with more calls
+//      ("remeasure" records), and the re-measured medians decide the winner and its
+//      tuned_us. A lone leader is not re-measured.
+// Then, per op, the bundle default (bundle_writer.h rule): candidates are the
+// top default_candidates schedules of every tuned key; each candidate's time on
+// each other shape comes from the log or is measured now ("cross" records).
+//
+// Cost model: one CostModel per (device, op) shared by every key of the run and
+// warm-started with every log record of other keys on this device (transfer
+// across shapes). With the xgb strategy it steers the search; it is serialized
+// into the bundle ("xgboost-json"). Other strategies do not train a model and write
+// none.
+//
+// Resume: with resume=true the log is read (a partial last line is dropped and cut
+// off), records of this device are fed to the strategy through Update before its
+// first batch and count toward the trial budget, so no measurement is repeated.
+// Without resume an existing non-empty log is refused (never overwritten).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cliffguard/bundle.h"
+#include "cliffguard/kernel.h"
+#include "cliffguard/op_key.h"
+#include "cliffguard/status.h"
+#include "cliffguard/tuner/bundle_writer.h"
+#include "cliffguard/tuner/measurer.h"
+
+namespace cliffguard::tuner {
+
+struct TuneProgress {
+  size_t key_index = 0, num_keys = 0;  // the key being tuned
+  OpKey key;
+  int key_trials_done = 0, key_trials = 0;  // this key (resumed trials included)
+  int64_t trials_done = 0, trials_total = 0;  // the whole run
+  double key_best_gflops = 0;  // best verified GFLOP/s of this key so far (0: none yet)
+  double elapsed_s = 0;
+  double eta_s = -1;           // estimated seconds left for the run; -1 unknown
+  std::string phase;           // "default", "trials", "remeasure", "bundle default"
+};
+
+struct KeySummary {
+  OpKey key;
+  bool has_best = false;
+  Schedule best;
+  double default_us = 0;  // 0: the default schedule failed or was not measured
+  double tuned_us = 0;
+  double speedup = 0;     // default_us / tuned_us; 0 when unknown
+  double gflops = 0;      // of the tuned schedule
+  int trials = 0;         // trial records of this key (resumed included)
+  int errors = 0;         // trial records that are errors (wrong result, crash, timeout, ...)
+  int resumed = 0;        // trial records taken from the log
+  bool remeasured = false;  // the near-tie rule re-measured candidates
+  std::string note;       // why a key has no best, etc.
+};
+
+struct TunerOptions {
+  std::vector<OpKey> keys;           // at least one
+  int trials = 64;                   // trial measurements per key (resumed ones count)
+  std::string strategy = "xgb";      // one of StrategyNames()
+  uint64_t seed = 1;
+  int batch_size = 8;                // schedules per strategy batch / measurer worker
+  std::string log_path;              // JSONL tuning log; required
+  bool resume = false;
+  std::string objective = "rank";    // cost model objective: "rank" (rank:pairwise) or "reg" (reg:squarederror)
+  double key_time_limit_s = 0;       // stop a key's trials after this long; 0: none
+  double total_time_limit_s = 0;     // stop starting new batches after this long; 0: none
+  int threads = 0;                   // device thread budget (HostCpuDevice); 0: default
+  MeasureOptions measure;
+  double tie_tolerance = 0.03;       // near-tie band for re-measurement (relative)
+  int tie_max = 4;                   // at most this many candidates re-measured per key
+  bool bundle_default = true;        // compute the per-op bundle default
+  int default_candidates = 3;        // top schedules per key considered for it
+  // Kernel variants to search (non-owning, must outlive the call); empty: every
+  // variant in this build. Tests pass planted variant tables here.
+  std::vector<const KernelVariant*> variants;
+  std::function<void(const TuneProgress&)> progress;  // called after every batch and phase
+  // Text for the bundle's provenance (e.g. the command line); host and log are added.
+  std::string provenance_extra;
+};
+
+struct TuneResult {
+  DeviceInfo device;
+  BundleSpec bundle;                 // entries for keys with a verified best
+  std::vector<KeySummary> summaries; // one per key, in option order
+  int64_t measurements = 0;          // measured in this run (all record kinds)
+};
+
+// Errors: kInvalidArgument for bad options (naming the value and rule),
+// kFailedPrecondition for an existing log without resume, kDataLoss for a corrupt
+// log, kIoError when the log cannot be written. A key whose every candidate fails
+// is not an error: its summary says so and it gets no bundle entry.
+StatusOr<TuneResult> Tune(const TunerOptions& options);
+
+// GFLOP/s of one call of `key` taking `us` microseconds.
+double Gflops(const OpKey& key, double us);
+
+}  // namespace cliffguard::tuner
