@@ -216,6 +216,30 @@ TEST(SearchSpaceTest, CreateErrors) {
             StatusCode::kUnimplemented);
 }
 
+// The default variant list (this build's kernels) on the host, when any supports it.
+TEST(SearchSpaceTest, DefaultVariantsOnHost) {
+  const OpKey key = OpKey::Gemm(64, 768, 768);
+  const DeviceInfo host = HostCpuDevice(2);
+  auto s = SearchSpace::Create(key, host);
+  if (!s.ok()) GTEST_SKIP() << s.status().ToString();
+  EXPECT_GT(s->size(), 0u);
+  EXPECT_GT(s->valid_fraction(), 0.0);
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 300; ++i) {
+    auto k = s->SampleValid(rng);
+    ASSERT_TRUE(k.has_value());
+    const Schedule sch = s->ToSchedule(*k);
+    ASSERT_TRUE(CheckSchedule(sch, key, host).ok()) << sch.ToString();
+    EXPECT_EQ(ExtractFeatures(key, sch, host).size(), static_cast<size_t>(NumFeatures()));
+  }
+  for (const KernelVariant* v : s->variants()) {
+    const Schedule def = VariantDefaultSchedule(*v, key, host);
+    auto k = s->FromSchedule(def);
+    ASSERT_TRUE(k.ok()) << k.status().ToString();
+    EXPECT_EQ(s->IsValid(*k), CheckSchedule(def, key, host).ok()) << def.ToString();
+  }
+}
+
 TEST(FeaturesTest, FixedLengthNamedAndDerived) {
   const int nf = NumFeatures();
   ASSERT_EQ(static_cast<size_t>(nf), FeatureNames().size());
