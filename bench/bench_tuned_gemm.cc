@@ -1,0 +1,183 @@
+// Tuned vs default vs OpenBLAS: fp32 GEMM on the DESIGN.md transformer shapes, at 1
+// and 2 threads, as GFLOP/s (counter "GFLOPS").
+//
+//   CG_BUNDLE=a.cgb,b.cgb build-tune/bench/bench_tuned_gemm [--benchmark_min_time=0.3s]
+//   build-tune/bench/bench_tuned_gemm --bundle=a.cgb --bundle=b.cgb
+//
+// tuned:   the schedule a Runtime with that thread budget resolves from the given
+//          bundles (a bundle applies only to its device, and the thread budget is part
+//          of the device: tune once with --threads 1 and once with --threads 2 and pass
+//          both). Runs through GemmPlan::Run, the serving hot path. Shapes without a
+//          hit are skipped (reported as "no tuned entry").
+// default: DefaultSchedule(key, device) through RunGemm (what a miss runs without a
+//          bundle default).
+// openblas: cblas_sgemm with openblas_set_num_threads(threads).
+//
+// OpenBLAS reads OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE when the library loads (before
+// main). This environment sets OPENBLAS_CORETYPE=Haswell (its AVX2 kernel), so main()
+// removes both variables and re-executes this binary once (/proc/self/exe) with the
+// cleaned environment, then prints openblas_get_corename().
+//
+// Each benchmark reuses one set of buffers (warm cache) for all three contenders,
+// unlike the tuner's measurer, which rotates input copies.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "cliffguard/device.h"
+#include "cliffguard/kernel.h"
+#include "cliffguard/runtime.h"
+
+#ifdef CG_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace {
+
+using namespace cliffguard;
+
+// DESIGN.md paper workloads: BERT-base GEMMs (n,k in {768x768, 3072x768, 768x3072},
+// m = tokens) plus two square shapes.
+struct Shape {
+  int64_t m, n, k;
+};
+constexpr Shape kShapes[] = {
+    {1, 768, 768},     {16, 768, 768},    {16, 3072, 768},  {16, 768, 3072},   {64, 768, 768},
+    {128, 768, 768},   {128, 3072, 768},  {128, 768, 3072}, {384, 768, 768},   {256, 256, 256},
+    {1024, 1024, 1024},
+};
+
+struct Buffers {
+  std::vector<float> a, b, c;
+  explicit Buffers(const Shape& s) : a(s.m * s.k), b(s.k * s.n), c(s.m * s.n) {
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (auto& x : a) x = u(rng);
+    for (auto& x : b) x = u(rng);
+  }
+};
+
+void SetRate(benchmark::State& st, const Shape& s) {
+  st.counters["GFLOPS"] = benchmark::Counter(2.0 * s.m * s.n * s.k * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+std::vector<std::string> g_bundles;
+std::vector<std::unique_ptr<Runtime>> g_runtimes;  // kept alive for the plans
+
+void RegisterAll() {
+  for (int threads : {1, 2}) {
+    auto rt = Runtime::Create(RuntimeOptions{.threads = threads, .miss_report_path = "", .warn_on_miss = false});
+    if (!rt.ok()) {
+      fmt::print(stderr, "runtime (threads={}): {}\n", threads, rt.status().ToString());
+      continue;
+    }
+    Runtime* r = rt->get();
+    for (const auto& b : g_bundles) {
+      auto rep = r->LoadBundleFile(b);
+      if (!rep.ok()) fmt::print(stderr, "bundle {}: {}\n", b, rep.status().ToString());
+    }
+    g_runtimes.push_back(std::move(*rt));
+    const DeviceInfo device = r->device();
+    for (const Shape& s : kShapes) {
+      const OpKey key = OpKey::Gemm(s.m, s.n, s.k);
+      const std::string suffix = fmt::format("m={}/n={}/k={}/threads={}", s.m, s.n, s.k, threads);
+      auto res = r->Resolve(key);
+      if (res.ok() && res->hit) {
+        benchmark::RegisterBenchmark(("tuned/" + suffix).c_str(), [r, s, key](benchmark::State& st) {
+          auto plan = r->PlanGemm(key);
+          if (!plan.ok()) return st.SkipWithError(plan.status().ToString().c_str());
+          st.SetLabel(plan->schedule().ToString());
+          Buffers buf(s);
+          for (auto _ : st) {
+            Status ok = plan->Run(buf.a.data(), s.k, buf.b.data(), s.n, buf.c.data(), s.n);
+            if (!ok.ok()) return st.SkipWithError(ok.ToString().c_str());
+          }
+          SetRate(st, s);
+        })->UseRealTime();
+      } else {
+        fmt::print(stderr, "no tuned entry for {} at threads={} in the given bundles\n", key.ToString(), threads);
+      }
+      benchmark::RegisterBenchmark(("default/" + suffix).c_str(), [s, key, device](benchmark::State& st) {
+        auto sched = DefaultSchedule(key, device);
+        if (!sched.ok()) return st.SkipWithError(sched.status().ToString().c_str());
+        st.SetLabel(sched->ToString());
+        Buffers buf(s);
+        GemmArgs g;
+        g.m = s.m, g.n = s.n, g.k = s.k;
+        g.a = buf.a.data(), g.lda = s.k, g.b = buf.b.data(), g.ldb = s.n, g.c = buf.c.data(), g.ldc = s.n;
+        for (auto _ : st) {
+          Status ok = RunGemm(*sched, g);
+          if (!ok.ok()) return st.SkipWithError(ok.ToString().c_str());
+        }
+        SetRate(st, s);
+      })->UseRealTime();
+#ifdef CG_HAVE_OPENBLAS
+      benchmark::RegisterBenchmark(("openblas/" + suffix).c_str(), [s, threads](benchmark::State& st) {
+        openblas_set_num_threads(threads);
+        st.SetLabel(openblas_get_corename());
+        Buffers buf(s);
+        for (auto _ : st)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.m, s.n, s.k, 1.0f, buf.a.data(), s.k, buf.b.data(),
+                      s.n, 0.0f, buf.c.data(), s.n);
+        SetRate(st, s);
+      })->UseRealTime();
+#endif
+    }
+  }
+}
+
+void SplitInto(const std::string& list, std::vector<std::string>& out) {
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t comma = list.find(',', pos);
+    if (comma == std::string::npos) comma = list.size();
+    if (comma > pos) out.push_back(list.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+#ifdef CG_HAVE_OPENBLAS
+  if (std::getenv("OPENBLAS_CORETYPE") || std::getenv("OPENBLAS_L2_SIZE")) {
+    ::unsetenv("OPENBLAS_CORETYPE");
+    ::unsetenv("OPENBLAS_L2_SIZE");
+    ::execv("/proc/self/exe", argv);
+    std::perror("bench_tuned_gemm: re-exec without OPENBLAS_CORETYPE failed");
+    return 1;
+  }
+  fmt::print(stderr, "OpenBLAS core: {} (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset)\n", openblas_get_corename());
+#endif
+  spdlog::set_level(spdlog::level::warn);
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--bundle=", 9) == 0) {
+      SplitInto(argv[i] + 9, g_bundles);
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  if (const char* env = std::getenv("CG_BUNDLE")) SplitInto(env, g_bundles);
+  if (g_bundles.empty()) fmt::print(stderr, "no bundle given (CG_BUNDLE or --bundle=): tuned rows are skipped\n");
+  int rc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rc, rest.data());
+#ifdef CG_HAVE_OPENBLAS
+  benchmark::AddCustomContext("openblas_core", openblas_get_corename());
+#endif
+  benchmark::AddCustomContext("bundles", fmt::format("{}", fmt::join(g_bundles, ",")));
+  RegisterAll();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

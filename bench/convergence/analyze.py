@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Convergence curves and the trials-to-95% table from tuning logs (run.sh).
+
+For each shape the reference is the best GFLOP/s any strategy found in any run
+(over all trial records). For each run, best-so-far GFLOP/s after t trials (trial
+records in trial-index order; failed trials add nothing). Trials to 95%: the first
+t where best-so-far >= 0.95 * reference, or "> TRIALS" when never reached (counted as
+TRIALS + 1 in the median, and reported with ">"). Medians are over seeds.
+"""
+import argparse, glob, json, os, re, statistics, sys
+from collections import defaultdict
+
+ap = argparse.ArgumentParser()
+ap.add_argument("out")
+ap.add_argument("--trials", type=int, default=120)
+args = ap.parse_args()
+
+runs = defaultdict(dict)  # (shape) -> {(strategy, seed): [gflops per trial index]}
+keys = {}
+for path in sorted(glob.glob(os.path.join(args.out, "logs", "*.jsonl"))):
+    m = re.match(r"(.+)_([a-z]+)_s(\d+)\.jsonl$", os.path.basename(path))
+    if not m:
+        continue
+    shape, strategy, seed = m.group(1), m.group(2), int(m.group(3))
+    trials = {}
+    with open(path) as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue  # a partial last line of a killed run
+            if r.get("kind") != "trial":
+                continue
+            mm = re.search(r"m=(\d+) n=(\d+) k=(\d+)", r["key"])
+            flops = 2.0 * int(mm.group(1)) * int(mm.group(2)) * int(mm.group(3))
+            keys[shape] = r["key"]
+            trials[r["trial"]] = flops / (r["median_us"] * 1e3) if "median_us" in r else 0.0
+    runs[shape][(strategy, seed)] = [trials[i] for i in sorted(trials)][: args.trials]
+
+strategies = ["xgb", "random", "ga", "grid"]
+table = []
+for shape in sorted(runs):
+    ref = max(max(v) for v in runs[shape].values() if v)
+    curves = {}
+    row = {"shape": keys[shape], "ref": ref}
+    for s in strategies:
+        seeds = sorted(seed for (st, seed) in runs[shape] if st == s)
+        if not seeds:
+            continue
+        need, per_seed_best = [], []
+        bsf_all = []
+        for seed in seeds:
+            g = runs[shape][(s, seed)]
+            bsf, best = [], 0.0
+            for x in g:
+                best = max(best, x)
+                bsf.append(best)
+            bsf_all.append(bsf)
+            per_seed_best.append(best)
+            hit = next((i + 1 for i, b in enumerate(bsf) if b >= 0.95 * ref), None)
+            need.append(hit if hit is not None else args.trials + 1)
+        n = min(len(b) for b in bsf_all)
+        curves[s] = [statistics.median(b[t] for b in bsf_all) for t in range(n)]
+        med = statistics.median(need)
+        row[s] = (med, sum(1 for x in need if x <= args.trials), len(need), statistics.median(per_seed_best))
+    table.append(row)
+    with open(os.path.join(args.out, f"curves_{shape}.dat"), "w") as f:
+        f.write(f"# {keys[shape]}: median over seeds of best-so-far GFLOP/s; reference (best of all runs) {ref:.1f}\n")
+        f.write("# trial " + " ".join(s for s in strategies if s in curves) + "\n")
+        n = max(len(c) for c in curves.values())
+        for t in range(n):
+            f.write(f"{t + 1} " + " ".join(f"{curves[s][t]:.2f}" if t < len(curves[s]) else "nan"
+                                           for s in strategies if s in curves) + "\n")
+
+def fmt_need(v):
+    med, reached, total, _ = v
+    txt = f"{med:g}" if med <= args.trials else f">{args.trials}"
+    return f"{txt} ({reached}/{total})"
+
+lines = ["| shape | best GFLOP/s (any run) | " + " | ".join(f"{s}: trials to 95%" for s in strategies) +
+         " | " + " | ".join(f"{s}: final best" for s in strategies) + " |",
+         "|" + "---|" * (2 + 2 * len(strategies))]
+for row in table:
+    lines.append(f"| {row['shape']} | {row['ref']:.1f} | " +
+                 " | ".join(fmt_need(row[s]) if s in row else "-" for s in strategies) + " | " +
+                 " | ".join(f"{row[s][3]:.1f}" if s in row else "-" for s in strategies) + " |")
+ratio = []
+for row in table:
+    if "xgb" in row and "random" in row:
+        ratio.append(f"{row['shape']}: xgb/random = {row['xgb'][0] / row['random'][0]:.2f}, "
+                     f"xgb/ga = {row['xgb'][0] / row['ga'][0]:.2f}" if "ga" in row else "")
+text = ("Trials to reach 95% of the best schedule any strategy found for the shape: median over seeds "
+        "(in parentheses: seeds that reached it within the budget; a seed that never reached it counts as "
+        f"{args.trials + 1}). Final best: median over seeds of the best GFLOP/s after {args.trials} trials.\n\n"
+        + "\n".join(lines) + "\n\n" + "\n".join(ratio) + "\n")
+with open(os.path.join(args.out, "table.md"), "w") as f:
+    f.write(text)
+print(text)
