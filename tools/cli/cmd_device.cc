@@ -4,6 +4,9 @@
 #include "cliffguard/device.h"
 #include "cliffguard/kernel.h"
 #include "commands.h"
+#ifdef CLIFFGUARD_WITH_CUDA
+#include "kernels/cuda/cuda_kernels.h"
+#endif
 
 namespace cliffguard::cli {
 
@@ -40,6 +43,11 @@ void AddDeviceCommand(CLI::App& app) {
       fmt::print("{}{}{}", n++ ? ", " : "", v.name, runs ? "" : " (declined: ISA)");
     }
     fmt::print("\n");
+#ifdef CLIFFGUARD_WITH_CUDA
+    const auto& cuda = cuda::ProbeCudaDevices();
+    if (cuda.devices.empty()) fmt::print("cuda         none ({})\n", cuda.status);
+    for (const auto& g : cuda.devices) fmt::print("cuda         {} {} ({})\n", g.name, g.arch, g.fingerprint);
+#endif
   });
 }
 

@@ -1,0 +1,72 @@
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "kernels/cuda/cuda_probe.h"
+
+namespace cliffguard::cuda {
+namespace {
+
+__global__ void IotaKernel(int* out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = i * 3 + 1;
+}
+
+std::string Describe(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + " (error " + std::to_string(int(e)) + "): " + cudaGetErrorString(e);
+}
+
+}  // namespace
+
+std::vector<GpuProps> QueryGpus(std::string* status) {
+  std::vector<GpuProps> out;
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    *status = Describe(err);
+    cudaGetLastError();  // clear the sticky error
+    return out;
+  }
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
+    GpuProps g;
+    g.name = prop.name;
+    g.major = prop.major;
+    g.minor = prop.minor;
+    g.sm_count = prop.multiProcessorCount;
+    g.global_mem_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+    g.l2_bytes = prop.l2CacheSize;
+    g.smem_per_block_optin = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
+    out.push_back(g);
+  }
+  *status = count == 0 ? "no CUDA device" : "ok";
+  return out;
+}
+
+bool RunSmokeKernel(int index, std::string* error) {
+  auto fail = [&](cudaError_t e) {
+    if (error) *error = Describe(e);
+    return false;
+  };
+  cudaError_t e = cudaSetDevice(index);
+  if (e != cudaSuccess) return fail(e);
+  constexpr int n = 1000;
+  int* d = nullptr;
+  if ((e = cudaMalloc(&d, n * sizeof(int))) != cudaSuccess) return fail(e);
+  IotaKernel<<<(n + 255) / 256, 256>>>(d, n);
+  int h[n];
+  e = cudaGetLastError();
+  if (e == cudaSuccess) e = cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+  cudaFree(d);
+  if (e != cudaSuccess) return fail(e);
+  for (int i = 0; i < n; ++i) {
+    if (h[i] != i * 3 + 1) {
+      if (error) *error = "kernel result mismatch at " + std::to_string(i);
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace cliffguard::cuda

@@ -1,0 +1,41 @@
+#include "kernels/cuda/cuda_kernels.h"
+
+#include "kernels/cuda/cuda_probe.h"
+
+namespace cliffguard::cuda {
+namespace {
+
+CudaProbe ProbeOnce() {
+  CudaProbe p;
+  for (const GpuProps& g : QueryGpus(&p.status)) {
+    DeviceInfo d;
+    d.backend = Backend::kCuda;
+    d.name = g.name;
+    d.vendor = "NVIDIA";
+    d.arch = "sm_" + std::to_string(g.major) + std::to_string(g.minor);
+    d.isa = 0;
+    d.threads = g.sm_count;
+    d.l2_bytes = g.l2_bytes;
+    d.properties = {{"sm_count", g.sm_count},
+                    {"global_mem_bytes", g.global_mem_bytes},
+                    {"l2_bytes", g.l2_bytes},
+                    {"smem_per_block_optin", g.smem_per_block_optin},
+                    {"compute_capability", g.major * 10 + g.minor}};
+    FinalizeDeviceInfo(d);
+    p.devices.push_back(d);
+  }
+  return p;
+}
+
+}  // namespace
+
+std::span<const KernelVariant> CudaKernelVariants() { return {}; }
+
+const CudaProbe& ProbeCudaDevices() {
+  static const CudaProbe probe = ProbeOnce();
+  return probe;
+}
+
+bool CudaSmokeTest(int index, std::string* error) { return RunSmokeKernel(index, error); }
+
+}  // namespace cliffguard::cuda

@@ -1,0 +1,27 @@
+// The CUDA backend (internal): device probing and the CUDA kernel inventory.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cliffguard/device.h"
+#include "cliffguard/kernel.h"
+
+namespace cliffguard::cuda {
+
+// CUDA kernel variants compiled into this build (none ship yet).
+std::span<const KernelVariant> CudaKernelVariants();
+
+struct CudaProbe {
+  std::vector<DeviceInfo> devices;  // one per visible GPU, arch "sm_XY"
+  std::string status;               // why none: "no CUDA driver (error 35)", ...
+};
+// Probes the visible GPUs once. Without a driver or a GPU: no devices and the reason.
+const CudaProbe& ProbeCudaDevices();
+
+// Launches a trivial kernel on device `index` and checks its result: proves the
+// driver, the runtime and this build's device code work together.
+bool CudaSmokeTest(int index, std::string* error);
+
+}  // namespace cliffguard::cuda
