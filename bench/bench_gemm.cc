@@ -26,6 +26,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -76,14 +77,46 @@ struct HandPick {
    {"pack_a", pa}, {"pack_b", pb}}
 
 const std::vector<HandPick>& HandPicked() {
+  // From --explore on the AVX-512 host (1 thread; CPU-time rates, 30 random
+  // schedules of the AVX-512 variants plus 8 candidates per shape). At 2 threads the
+  // same schedule splits M (par=1) when M has enough mr panels, else N (par=0).
+  //   large M: 6x64 (A panel 6 x kc in L1, 24 accumulators), mc=48, kc=256
+  //   M = 1 or 16 with wide N: 8x32 reading A and B in place (no packing: each
+  //     element of B is used by at most 16 rows), short kc=32 blocks
+  static const char* k8x32 = "cpu_f32_gemm_8x32__avx512";
+  static const char* k6x64 = "cpu_f32_gemm_6x64__avx512";
+  static const char* k16x16 = "cpu_f32_gemm_16x16__avx512";
   static const std::vector<HandPick> picks = {
-      // Large square: 14x32 broadcast kernel, A block in L2, B micro-panel in L1.
-      {{256, 256, 256}, 1, "cpu_f32_gemm_14x32__avx512", CG_P(112, 256, 256, 0, 1, 4, 8, 1, 1)},
-      {{256, 256, 256}, 2, "cpu_f32_gemm_14x32__avx512", CG_P(70, 256, 256, 1, 2, 4, 8, 1, 1)},
-      {{1024, 1024, 1024}, 1, "cpu_f32_gemm_14x32__avx512", CG_P(168, 256, 1024, 0, 1, 4, 8, 1, 1)},
-      {{1024, 1024, 1024}, 2, "cpu_f32_gemm_14x32__avx512", CG_P(168, 256, 1024, 1, 2, 4, 8, 1, 1)},
-      {{2048, 2048, 2048}, 1, "cpu_f32_gemm_14x32__avx512", CG_P(168, 256, 2048, 0, 1, 4, 8, 1, 1)},
-      {{2048, 2048, 2048}, 2, "cpu_f32_gemm_14x32__avx512", CG_P(168, 256, 2048, 1, 2, 4, 8, 1, 1)},
+      {{256, 256, 256}, 1, k6x64, CG_P(48, 256, 1536, 1, 1, 2, 0, 1, 1)},
+      {{256, 256, 256}, 2, k6x64, CG_P(48, 256, 1536, 1, 2, 2, 0, 1, 1)},
+      {{1024, 1024, 1024}, 1, k6x64, CG_P(48, 256, 4096, 1, 1, 2, 0, 1, 1)},
+      {{1024, 1024, 1024}, 2, k6x64, CG_P(48, 256, 4096, 1, 2, 2, 0, 1, 1)},
+      {{2048, 2048, 2048}, 1, k8x32, CG_P(64, 256, 1024, 0, 1, 4, 0, 1, 1)},
+      {{2048, 2048, 2048}, 2, k8x32, CG_P(64, 256, 1024, 1, 2, 4, 0, 1, 1)},
+      {{1, 768, 768}, 1, k8x32, CG_P(48, 32, 2048, 1, 1, 1, 16, 0, 0)},
+      {{1, 768, 768}, 2, k8x32, CG_P(48, 32, 2048, 0, 2, 1, 16, 0, 0)},
+      {{1, 3072, 768}, 1, k8x32, CG_P(48, 32, 2048, 1, 1, 1, 16, 0, 0)},
+      {{1, 3072, 768}, 2, k8x32, CG_P(48, 32, 2048, 0, 2, 1, 16, 0, 0)},
+      {{1, 768, 3072}, 1, k8x32, CG_P(48, 32, 2048, 1, 1, 1, 16, 0, 0)},
+      {{1, 768, 3072}, 2, k8x32, CG_P(48, 32, 2048, 0, 2, 1, 16, 0, 0)},
+      {{16, 768, 768}, 1, k8x32, CG_P(64, 256, 2048, 0, 1, 4, 0, 1, 0)},
+      {{16, 768, 768}, 2, k8x32, CG_P(64, 256, 2048, 0, 2, 4, 0, 1, 0)},
+      {{16, 3072, 768}, 1, k8x32, CG_P(48, 32, 2048, 1, 1, 1, 16, 0, 0)},
+      {{16, 3072, 768}, 2, k8x32, CG_P(48, 32, 2048, 0, 2, 1, 16, 0, 0)},
+      {{16, 768, 3072}, 1, k16x16, CG_P(64, 768, 1024, 1, 1, 8, 16, 1, 0)},
+      {{16, 768, 3072}, 2, k16x16, CG_P(64, 768, 1024, 0, 2, 8, 16, 1, 0)},
+      {{128, 768, 768}, 1, k6x64, CG_P(48, 256, 4096, 1, 1, 2, 0, 1, 1)},
+      {{128, 768, 768}, 2, k6x64, CG_P(48, 256, 4096, 1, 2, 2, 0, 1, 1)},
+      {{128, 3072, 768}, 1, k8x32, CG_P(64, 256, 1024, 0, 1, 4, 0, 1, 1)},
+      {{128, 3072, 768}, 2, k8x32, CG_P(64, 256, 1024, 0, 2, 4, 0, 1, 1)},
+      {{128, 768, 3072}, 1, k6x64, CG_P(48, 256, 1536, 1, 1, 2, 0, 1, 1)},
+      {{128, 768, 3072}, 2, k6x64, CG_P(48, 256, 1536, 1, 2, 2, 0, 1, 1)},
+      {{384, 768, 768}, 1, k6x64, CG_P(48, 256, 4096, 1, 1, 2, 0, 1, 1)},
+      {{384, 768, 768}, 2, k6x64, CG_P(48, 256, 4096, 1, 2, 2, 0, 1, 1)},
+      {{384, 3072, 768}, 1, k8x32, CG_P(32, 192, 2048, 1, 1, 1, 4, 0, 1)},
+      {{384, 3072, 768}, 2, k8x32, CG_P(32, 192, 2048, 1, 2, 1, 4, 0, 1)},
+      {{384, 768, 3072}, 1, k6x64, CG_P(48, 256, 4096, 1, 1, 2, 0, 1, 1)},
+      {{384, 768, 3072}, 2, k6x64, CG_P(48, 256, 4096, 1, 2, 2, 0, 1, 1)},
   };
   return picks;
 }
@@ -204,7 +237,10 @@ void RegisterAll() {
 }
 
 // --explore=M,N,K,THREADS[,TRIALS[,VARIANT_SUBSTRING]]: times TRIALS random valid
-// schedules (of the variants the host runs whose name contains the substring) plus the default and prints the 15 fastest.
+// schedules (of the variants the host runs whose name contains the substring) and
+// any explicit schedules given as further arguments ("variant mc=.. kc=.."), plus the default and prints the 15 fastest.
+std::vector<std::string> g_explicit;
+
 int Explore(const char* spec) {
   long m = 0, n = 0, k = 0, threads = 1, trials = 300;
   char only[128] = "";
@@ -230,6 +266,24 @@ int Explore(const char* spec) {
     return 2.0 * m * n * k / best * 1e-9;
   };
   std::vector<std::pair<double, std::string>> results;
+  // Explicit schedules after the shape: "--explore=M,N,K,T,0 'variant k=v ...' ...".
+  for (const std::string& text : g_explicit) {
+    std::istringstream in(text);
+    std::string name, kv;
+    in >> name;
+    std::vector<std::pair<std::string, int64_t>> named;
+    while (in >> kv) {
+      const auto eq = kv.find('=');
+      if (eq != std::string::npos) named.emplace_back(kv.substr(0, eq), std::stoll(kv.substr(eq + 1)));
+    }
+    auto sched = Schedule::FromNamed(name, named);
+    const Status st = sched.ok() ? CheckSchedule(*sched, key, device) : sched.status();
+    if (!st.ok()) {
+      std::fprintf(stderr, "%s\n", st.ToString().c_str());
+      continue;
+    }
+    for (int r = 0; r < 2; ++r) results.emplace_back(time_it(*sched), sched->ToString());
+  }
   auto def = DefaultSchedule(key, device);
   if (def.ok()) results.emplace_back(time_it(*def), "default: " + def->ToString());
   std::mt19937 rng(42);
@@ -266,7 +320,10 @@ int main(int argc, char** argv) {
     std::perror("bench_gemm: re-exec without OPENBLAS_CORETYPE failed; OpenBLAS keeps the forced core");
   }
   for (int i = 1; i < argc; ++i)
-    if (std::strncmp(argv[i], "--explore=", 10) == 0) return cliffguard::Explore(argv[i] + 10);
+    if (std::strncmp(argv[i], "--explore=", 10) == 0) {
+      for (int j = i + 1; j < argc; ++j) cliffguard::g_explicit.emplace_back(argv[j]);
+      return cliffguard::Explore(argv[i] + 10);
+    }
 #ifdef CG_HAVE_OPENBLAS
   std::printf("OpenBLAS core: %s (%s)\n", openblas_get_corename(), openblas_get_config());
   benchmark::AddCustomContext("openblas_core", openblas_get_corename());

@@ -41,11 +41,11 @@ inline constexpr int32_t kGemmUnrollValues[] = {1, 2, 4, 8};
 inline constexpr int32_t kGemmPrefetchValues[] = {0, 2, 4, 8, 16};
 inline constexpr int32_t kGemmBoolValues[] = {0, 1};
 
-// Declared defaults (fit_defaults then sets threads, par and pack_b per shape):
-// A block about 192 rows (L2), B micro-panel kc x nr about 32 KiB (L1), B block
-// about 64 micro-panels.
-constexpr int32_t GemmDefaultMc(int mr) { return mr * (mr >= 14 ? 12 : mr >= 8 ? 24 : mr >= 6 ? 32 : 48); }
-constexpr int32_t GemmDefaultKc(int nr) { return nr >= 64 ? 128 : nr >= 32 ? 256 : 384; }
+// Declared defaults (fit_defaults then sets threads, par and pack_b per shape),
+// from --explore runs of bench_gemm on the AVX-512 host: A block 8 micro-panels
+// (mc x 256 floats, 48-128 KiB, in L2), kc = 256, B block 64 micro-panels.
+constexpr int32_t GemmDefaultMc(int mr) { return mr * 8; }
+constexpr int32_t GemmDefaultKc(int /*nr*/) { return 256; }
 constexpr int32_t GemmDefaultNc(int nr) { return nr * 64; }
 
 template <int MR, int NR>
@@ -66,7 +66,7 @@ struct GemmParamSet {
       {"par", kGemmParValues, 0, "loop split across threads: 0 = jc (N blocks), 1 = ic (M blocks), 2 = jr (micro-panels)"},
       {"threads", kGemmThreadValues, 1, "threads used (caller included); must be <= device threads"},
       {"unroll_k", kGemmUnrollValues, 4, "micro-kernel k-loop unroll factor (k iterations per loop trip)"},
-      {"prefetch", kGemmPrefetchValues, 8, "software prefetch distance of A and B in k iterations; 0 = off"},
+      {"prefetch", kGemmPrefetchValues, 0, "software prefetch distance of A and B in k iterations; 0 = off"},
       {"pack_a", kGemmBoolValues, 1, "1 = pack A blocks into mr-tall panels; 0 = micro-kernel reads A in place"},
       {"pack_b", kGemmBoolValues, 1, "1 = pack B blocks into nr-wide panels; 0 = read B in place (needs B not transposed)"},
   };
