@@ -1,0 +1,8 @@
+// libFuzzer target fuzz_tuning_log: see FuzzTuningLog in fuzz_bodies_tuner.h.
+#include "fuzz_bodies_tuner.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  cliffguard::fuzz::QuietLogs();
+  cliffguard::fuzz::FuzzTuningLog(data, size);
+  return 0;
+}
