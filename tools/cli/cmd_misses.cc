@@ -48,7 +48,7 @@ void AddMissesCommand(CLI::App& app) {
     if (!report.ok()) Fail("misses", fmt::format("{}: {}", opts->path, report.status().ToString()));
     fmt::print("{}", RenderMissReport(*report, opts->top));
     if (!report->records.empty())
-      fmt::print("\nto tune them: cliffguard tune --from-report {} --top {} --out tuned.cgb\n", opts->path,
+      fmt::print("\nto tune them: cliffguard tune --from-report {} --top {} --log tuned.jsonl --out tuned.cgb\n", opts->path,
                  opts->top ? opts->top : report->records.size());
   });
 }
