@@ -79,7 +79,9 @@ struct HandPick {
 const std::vector<HandPick>& HandPicked() {
   // From --explore on the AVX-512 host (1 thread; CPU-time rates, 30 random
   // schedules of the AVX-512 variants plus 8 candidates per shape). At 2 threads the
-  // same schedule splits M (par=1) when M has enough mr panels, else N (par=0).
+  // same schedule splits M (par=1) when M has enough mr panels, else N (par=0);
+  // calls under ~20 MFLOP (m = 1, 16x768x768) stay on one thread, which measured
+  // faster than waking a worker on this (shared, busy) host.
   //   large M: 6x64 (A panel 6 x kc in L1, 24 accumulators), mc=48, kc=256
   //   M = 1 or 16 with wide N: 8x32 reading A and B in place (no packing: each
   //     element of B is used by at most 16 rows), short kc=32 blocks
@@ -94,13 +96,13 @@ const std::vector<HandPick>& HandPicked() {
       {{2048, 2048, 2048}, 1, k8x32, CG_P(64, 256, 1024, 0, 1, 4, 0, 1, 1)},
       {{2048, 2048, 2048}, 2, k8x32, CG_P(64, 256, 1024, 1, 2, 4, 0, 1, 1)},
       {{1, 768, 768}, 1, k8x32, CG_P(48, 32, 2048, 1, 1, 1, 16, 0, 0)},
-      {{1, 768, 768}, 2, k8x32, CG_P(48, 32, 2048, 0, 2, 1, 16, 0, 0)},
+      {{1, 768, 768}, 2, k8x32, CG_P(48, 32, 2048, 1, 1, 1, 16, 0, 0)},
       {{1, 3072, 768}, 1, k8x32, CG_P(48, 32, 2048, 1, 1, 1, 16, 0, 0)},
-      {{1, 3072, 768}, 2, k8x32, CG_P(48, 32, 2048, 0, 2, 1, 16, 0, 0)},
+      {{1, 3072, 768}, 2, k8x32, CG_P(48, 32, 2048, 1, 1, 1, 16, 0, 0)},
       {{1, 768, 3072}, 1, k8x32, CG_P(48, 32, 2048, 1, 1, 1, 16, 0, 0)},
-      {{1, 768, 3072}, 2, k8x32, CG_P(48, 32, 2048, 0, 2, 1, 16, 0, 0)},
+      {{1, 768, 3072}, 2, k8x32, CG_P(48, 32, 2048, 1, 1, 1, 16, 0, 0)},
       {{16, 768, 768}, 1, k8x32, CG_P(64, 256, 2048, 0, 1, 4, 0, 1, 0)},
-      {{16, 768, 768}, 2, k8x32, CG_P(64, 256, 2048, 0, 2, 4, 0, 1, 0)},
+      {{16, 768, 768}, 2, k8x32, CG_P(64, 256, 2048, 0, 1, 4, 0, 1, 0)},
       {{16, 3072, 768}, 1, k8x32, CG_P(48, 32, 2048, 1, 1, 1, 16, 0, 0)},
       {{16, 3072, 768}, 2, k8x32, CG_P(48, 32, 2048, 0, 2, 1, 16, 0, 0)},
       {{16, 768, 3072}, 1, k16x16, CG_P(64, 768, 1024, 1, 1, 8, 16, 1, 0)},

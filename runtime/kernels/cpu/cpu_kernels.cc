@@ -11,9 +11,10 @@
 namespace cliffguard::cpu {
 namespace {
 
-// Work per extra thread below which fit_defaults does not add threads (flops):
-// waking a worker and splitting costs a few microseconds.
-constexpr double kFlopsPerThread = 4e6;
+// Work per thread below which fit_defaults does not add threads (flops): waking a
+// worker costs microseconds on an idle host and up to a scheduler tick on a busy
+// one; 16 MFLOP is ~100 us on one AVX-512 core.
+constexpr double kFlopsPerThread = 16e6;
 // fit_defaults reads B in place (pack_b = 0) when M has at most this many mr panels.
 constexpr int64_t kInPlaceBMaxPanels = 2;
 

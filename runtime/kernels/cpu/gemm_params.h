@@ -1,6 +1,6 @@
 // Tunable parameters of the CPU fp32 GEMM family, as data (STYLE H4/H10). Every
-// variant declares the same parameters in the same order (GemmParam in
-// gemm_driver.h); mc and nc lists are per variant (multiples of its mr / nr), the
+// variant declares the same parameters in the same order (GemmParam below); mc
+// and nc lists are per variant (multiples of its mr / nr), the
 // others are shared. The tuner builds its search space from these lists:
 // 14 * 14 * 14 (mc, kc, nc) * 3 (par) * 7 (threads) * 4 (unroll_k) * 5 (prefetch)
 // * 2 * 2 (pack_a, pack_b) = 4.6e6 schedules per variant and shape before the

@@ -6,9 +6,21 @@
 namespace cliffguard::cpu {
 namespace {
 
-constexpr int kWorkerSpins = 1 << 14;  // ~0.5-1 ms of polling before blocking
-constexpr int kLeaderSpins = 1 << 16;
-constexpr int kBarrierSpins = 1 << 12;
+// Spin budgets (iterations). Each spin loop pauses for the first kPauseSpins
+// iterations, then yields the core (so that a busy or oversubscribed host still
+// runs the thread we wait for), then blocks (workers, leader) or keeps yielding
+// (barrier).
+constexpr int kPauseSpins = 1 << 10;
+constexpr int kWorkerSpins = 1 << 12;
+constexpr int kLeaderSpins = 1 << 12;
+
+void SpinStep(int i) {
+  if (i < kPauseSpins) {
+    CpuRelax();
+  } else {
+    std::this_thread::yield();
+  }
+}
 
 constexpr uint64_t Seq(uint64_t word) { return word >> 16; }
 constexpr int Count(uint64_t word) { return static_cast<int>(word & 0xffff); }
@@ -50,7 +62,7 @@ void ThreadPool::WorkerLoop(int tid, uint64_t seen) {
   for (;;) {
     uint64_t word = job_.load(std::memory_order_acquire);
     for (int i = 0; Seq(word) == seen && i < kWorkerSpins; ++i) {
-      CpuRelax();
+      SpinStep(i);
       word = job_.load(std::memory_order_acquire);
     }
     if (Seq(word) == seen) {
@@ -95,7 +107,7 @@ int ThreadPool::Run(int n, TaskFn fn, void* ctx) {
   }
   wake_cv_.notify_all();
   fn(ctx, 0, n);
-  for (int i = 0; pending_.load(std::memory_order_acquire) != 0 && i < kLeaderSpins; ++i) CpuRelax();
+  for (int i = 0; pending_.load(std::memory_order_acquire) != 0 && i < kLeaderSpins; ++i) SpinStep(i);
   if (pending_.load(std::memory_order_acquire) != 0) {
     std::unique_lock<std::mutex> lk(done_mu_);
     done_cv_.wait(lk, [&] { return pending_.load(std::memory_order_acquire) == 0; });
@@ -112,13 +124,7 @@ void SpinBarrier::Wait(int n) {
     phase_.store(phase + 1, std::memory_order_release);
     return;
   }
-  for (int i = 0; phase_.load(std::memory_order_acquire) == phase; ++i) {
-    if (i < kBarrierSpins) {
-      CpuRelax();
-    } else {
-      std::this_thread::yield();
-    }
-  }
+  for (int i = 0; phase_.load(std::memory_order_acquire) == phase; ++i) SpinStep(i);
 }
 
 }  // namespace cliffguard::cpu

@@ -7,8 +7,9 @@
 // Threads: workers are created lazily the first time a call asks for more of them
 // than exist, and are then reused for every later call (no thread creation per
 // call after warm-up). They are joined when the process-wide pool is destroyed at
-// exit. Idle workers spin briefly (to catch back-to-back calls cheaply), then block
-// on a condition variable.
+// exit. Idle workers poll briefly (pause, then yield, to catch back-to-back calls
+// cheaply without starving other threads on a busy host), then block on a
+// condition variable.
 //
 // Concurrency: one call at a time owns the workers. When a second application
 // thread calls Run while the pool is busy, or when Run is called from inside a pool
@@ -17,7 +18,7 @@
 // given, never by the n they asked for. Run is safe to call from any thread.
 //
 // Inside a task, `SpinBarrier` synchronizes the n_granted participants of one call
-// (spin, then yield); every participant passes the same n_granted to Wait.
+// (pause, then yield); every participant passes the same n_granted to Wait.
 #pragma once
 
 #include <atomic>
