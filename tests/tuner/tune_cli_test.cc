@@ -126,6 +126,7 @@ TEST(TuneCliTest, BadInputExitsNonZeroNamingTheValue) {
       {"--shape 4,4,4 --strategy annealing", "annealing"},
       {"--shape 4,4,4 --objective lambdamart", "lambdamart"},
       {"--shape 4,4,4 --trials 0", "trials=0"},
+      {"--shape 4,4,4 --threads -1", "threads=-1"},
       {"--op conv2d --shape 4,4,4", "conv2d"},
       {"--workload /nonexistent/w.txt", "/nonexistent/w.txt"},
       {"--from-report /nonexistent/r.json", "/nonexistent/r.json"},

@@ -89,6 +89,12 @@ Status ValidateOptions(const TunerOptions& o) {
   if (o.measure.min_time_ms <= 0 || o.measure.min_repeats < 1)
     return InvalidArgument(fmt::format("tune: min measure time {} ms must be > 0 and min repeats {} >= 1",
                                        o.measure.min_time_ms, o.measure.min_repeats));
+  if (o.threads < 0) return InvalidArgument(fmt::format("tune: threads={} must be >= 0 (0: the default budget)", o.threads));
+  if (o.measure.timeout_s < 0)
+    return InvalidArgument(fmt::format("tune: timeout {} s must be >= 0 (0: 30 s)", o.measure.timeout_s));
+  if (o.key_time_limit_s < 0 || o.total_time_limit_s < 0)
+    return InvalidArgument(fmt::format("tune: time limits ({} s per key, {} s total) must be >= 0 (0: none)",
+                                       o.key_time_limit_s, o.total_time_limit_s));
   for (const auto* v : o.variants)
     if (!v) return InvalidArgument("tune: a null kernel variant was given");
   return Status::Ok();
