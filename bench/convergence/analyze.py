@@ -93,10 +93,19 @@ for row in table:
                  " | ".join(fmt_need(row[s]) if s in row else "-" for s in strategies) + " | " +
                  " | ".join(f"{row[s][3]:.1f}" if s in row else "-" for s in strategies) + " |")
 ratio = []
+def rel(a, b):
+    """xgb's trials over another strategy's, as a bound when either is censored."""
+    if a > args.trials and b > args.trials:
+        return "n/a (neither reached 95%)"
+    if b > args.trials:
+        return f"< {a / b:.2f} (the other did not reach 95% in the median seed)"
+    if a > args.trials:
+        return f"> {a / b:.2f} (xgb did not reach 95% in the median seed)"
+    return f"{a / b:.2f}"
 for row in table:
-    if "xgb" in row and "random" in row:
-        ratio.append(f"{row['shape']}: xgb/random = {row['xgb'][0] / row['random'][0]:.2f}, "
-                     f"xgb/ga = {row['xgb'][0] / row['ga'][0]:.2f}" if "ga" in row else "")
+    if "xgb" in row:
+        ratio.append(f"{row['shape']}: " + ", ".join(f"xgb/{s} = {rel(row['xgb'][0], row[s][0])}"
+                                                     for s in strategies[1:] if s in row))
 text = ("Trials to reach 95% of the reference (the best strategy's median-over-seeds final best GFLOP/s; "
         "peak = the single highest measurement of any run, for comparison): median over seeds "
         "(in parentheses: seeds that reached it within the budget; a seed that never reached it counts as "

@@ -8,10 +8,12 @@
 #
 # Usage: bench/convergence/run.sh [CLI] [OUT_DIR]
 #   CLI      cliffguard binary (default: build-tune/tools/cliffguard, then build/tools/cliffguard)
-#   OUT_DIR  where logs and results go (default: bench/convergence/data)
-# Environment: TRIALS (120), SEEDS ("1 2 3 4 5"), STRATEGIES ("xgb random ga grid"),
+#   OUT_DIR  where logs and results go (default: bench/convergence/data-$TRIALS)
+# Environment: TRIALS (200), SEEDS ("1 2 3 4 5"), STRATEGIES ("xgb random ga grid"),
 #   MIN_TIME_MS (5), BATCH (8), THREADS (1: one core, so the second absorbs other load),
 #   SHAPES ("16,3072,768 128,768,768 128,768,3072 256,256,256").
+# Committed results: data-200/ (the default settings) and data/ (an earlier run with
+# TRIALS=120, same other settings). Raw logs are in logs.tar.gz there.
 # A killed run is continued with --resume on the next invocation; finished runs are skipped.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -23,8 +25,8 @@ if [[ -z "$cli" ]]; then
   done
 fi
 [[ -x "$cli" ]] || { echo "run.sh: cliffguard binary not found; pass it as the first argument" >&2; exit 2; }
-out="${2:-$here/data}"
-TRIALS="${TRIALS:-120}"
+TRIALS="${TRIALS:-200}"
+out="${2:-$here/data-$TRIALS}"
 SEEDS="${SEEDS:-1 2 3 4 5}"
 STRATEGIES="${STRATEGIES:-xgb random ga grid}"
 MIN_TIME_MS="${MIN_TIME_MS:-5}"
