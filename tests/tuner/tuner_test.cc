@@ -150,6 +150,25 @@ TEST(TunerTest, ResumeContinuesWithoutRepeatingAndExistingLogIsRefused) {
   std::remove(log.c_str());
 }
 
+TEST(TunerTest, WarmStartFromAnotherLogTransfersToANewShape) {
+  const std::string first = TempPath("warm_a.jsonl"), second = TempPath("warm_b.jsonl");
+  ASSERT_TRUE(Tune(Fast({OpKey::Gemm(32, 64, 64)}, "random", 8, first)).ok());
+  TunerOptions o = Fast({OpKey::Gemm(24, 96, 64)}, "xgb", 4, second);
+  o.warm_start_logs = {first};
+  auto res = Tune(o);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->summaries[0].trials, 4);
+  EXPECT_EQ(res->summaries[0].resumed, 0);  // history, not trials
+  EXPECT_FALSE(res->bundle.cost_model.empty());
+  o.warm_start_logs = {TempPath("no_such_log.jsonl")};
+  std::remove(second.c_str());
+  auto missing = Tune(o);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("no_such_log"), std::string::npos);
+  std::remove(first.c_str());
+  std::remove(second.c_str());
+}
+
 TEST(TunerTest, BadOptionsNameTheValue) {
   const std::string log = TempPath("bad.jsonl");
   TunerOptions o = Fast({OpKey::Gemm(8, 8, 8)}, "annealing", 4, log);

@@ -54,6 +54,8 @@ void AddTuneCommand(CLI::App& app) {
   cmd->add_option("--seed", o->t.seed, "Random seed")->capture_default_str();
   cmd->add_option("--log", o->log, "Tuning log (JSON lines); refused if it exists, unless --resume")->required();
   cmd->add_flag("--resume", o->t.resume, "Continue the run recorded in --log without repeating measurements");
+  cmd->add_option("--warm-start", o->t.warm_start_logs,
+                  "Earlier tuning log whose records of this device warm-start the cost model (xgb); repeatable");
   cmd->add_option("--out", o->out, "Bundle to write (.cgb), atomically")->required();
   cmd->add_option("--batch", o->t.batch_size, "Schedules per measured batch")->capture_default_str();
   cmd->add_option("--objective", o->t.objective, "Cost model objective (xgb): rank (pairwise) or reg")->capture_default_str();

@@ -136,6 +136,21 @@ StatusOr<TuneResult> Tune(const TunerOptions& o) {
     return FailedPrecondition(fmt::format(
         "tune: log '{}' already holds measurements; pass --resume to continue it, or remove it", o.log_path));
   }
+  std::vector<MeasureResult> warm;
+  for (const auto& path : o.warm_start_logs) {
+    auto log = ReadTuningLog(path);
+    if (!log.ok()) return Status(log.status().code(), fmt::format("tune: warm-start log: {}", log.status().message()));
+    size_t used = 0;
+    for (const auto& rec : log->records) {
+      if (rec.device != device.fingerprint) continue;
+      auto mr = ToMeasureResult(rec, variants);
+      if (!mr.ok()) continue;
+      warm.push_back(*mr);
+      ++used;
+    }
+    spdlog::info("tune: warm-start log {}: {} of {} records used (device {})", path, used, log->records.size(),
+                 device.fingerprint);
+  }
   CG_ASSIGN_OR_RETURN(auto writer, TuningLogWriter::Open(o.log_path, o.resume ? TuningLogWriter::Mode::kAppend
                                                                                 : TuningLogWriter::Mode::kTruncate,
                                                          keep_bytes));
@@ -258,6 +273,8 @@ StatusOr<TuneResult> Tune(const TunerOptions& o) {
       spdlog::error("tune: {}: {}", key.ToString(), sum.note);
     } else {
       std::vector<MeasureResult> history;
+      for (const auto& r : warm)
+        if (r.key.op == key.op && r.key.dtype == key.dtype) history.push_back(r);
       for (const auto& [text, other] : state)
         if (!(other.key == key) && other.key.op == key.op && other.key.dtype == key.dtype) {
           history.insert(history.end(), other.trials.begin(), other.trials.end());

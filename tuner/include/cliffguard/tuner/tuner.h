@@ -20,7 +20,7 @@
 //
 // Cost model: one CostModel per (device, op) shared by every key of the run and
 // warm-started with every log record of other keys on this device (transfer
-// across shapes). With the xgb strategy it steers the search; it is serialized
+// across shapes), plus every record of this device in warm_start_logs. With the xgb strategy it steers the search; it is serialized
 // into the bundle ("xgboost-json"). Other strategies do not train a model and write
 // none.
 //
@@ -78,6 +78,10 @@ struct TunerOptions {
   int batch_size = 8;                // schedules per strategy batch / measurer worker
   std::string log_path;              // JSONL tuning log; required
   bool resume = false;
+  // Other tuning logs whose records (of this device) warm-start the cost model (xgb)
+  // as history only: they are not trials of this run and do not stop a schedule from
+  // being measured again. Missing or corrupt files are errors.
+  std::vector<std::string> warm_start_logs;
   std::string objective = "rank";    // cost model objective: "rank" (rank:pairwise) or "reg" (reg:squarederror)
   double key_time_limit_s = 0;       // stop a key's trials after this long; 0: none
   double total_time_limit_s = 0;     // stop starting new batches after this long; 0: none
