@@ -2,7 +2,7 @@
 // and 2 threads, as GFLOP/s (counter "GFLOPS").
 //
 //   CG_BUNDLE=a.cgb,b.cgb build-tune/bench/bench_tuned_gemm [--benchmark_min_time=0.3s]
-//   build-tune/bench/bench_tuned_gemm --bundle=a.cgb --bundle=b.cgb
+//   build-tune/bench/bench_tuned_gemm --bundle=a.cgb --bundle=b.cgb [--cold]
 //
 // tuned:   the schedule a Runtime with that thread budget resolves from the given
 //          bundles (a bundle applies only to its device, and the thread budget is part
@@ -18,10 +18,14 @@
 // removes both variables and re-executes this binary once (/proc/self/exe) with the
 // cleaned environment, then prints openblas_get_corename().
 //
-// Each benchmark reuses one set of buffers (warm cache) for all three contenders,
-// unlike the tuner's measurer, which rotates input copies.
+// By default each benchmark reuses one set of buffers (warm cache) for all three
+// contenders. With --cold, every iteration uses the next of several identical copies
+// of (A, B, C), with the tuner measurer's rule: enough copies to cover twice the
+// device cache (L3 + L2 x threads), at most 16 and 1 GiB, so operands come from
+// memory as in the tuner's measurements (and in serving, between layers).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -57,14 +61,31 @@ constexpr Shape kShapes[] = {
     {1024, 1024, 1024},
 };
 
+bool g_cold = false;
+
 struct Buffers {
-  std::vector<float> a, b, c;
-  explicit Buffers(const Shape& s) : a(s.m * s.k), b(s.k * s.n), c(s.m * s.n) {
+  struct Set {
+    std::vector<float> a, b, c;
+  };
+  std::vector<Set> sets;
+  size_t next = 0;
+  Buffers(const Shape& s, const DeviceInfo& device) {
+    Set first{std::vector<float>(s.m * s.k), std::vector<float>(s.k * s.n), std::vector<float>(s.m * s.n)};
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> u(-1, 1);
-    for (auto& x : a) x = u(rng);
-    for (auto& x : b) x = u(rng);
+    for (auto& x : first.a) x = u(rng);
+    for (auto& x : first.b) x = u(rng);
+    int64_t copies = 1;
+    if (g_cold) {
+      const int64_t set_bytes = 4 * (s.m * s.k + s.k * s.n + s.m * s.n);
+      const int64_t cache = device.l3_bytes + device.l2_bytes * std::max(1, device.threads);
+      const int64_t budget = 2 * (cache > 0 ? cache : (int64_t{32} << 20));
+      copies = std::clamp<int64_t>((budget + set_bytes - 1) / set_bytes, 1, 16);
+      copies = std::max<int64_t>(1, std::min<int64_t>(copies, (int64_t{1} << 30) / set_bytes));
+    }
+    sets.assign(copies, first);
   }
+  Set& Next() { return sets[next++ % sets.size()]; }
 };
 
 void SetRate(benchmark::State& st, const Shape& s) {
@@ -97,9 +118,10 @@ void RegisterAll() {
           auto plan = r->PlanGemm(key);
           if (!plan.ok()) return st.SkipWithError(plan.status().ToString().c_str());
           st.SetLabel(plan->schedule().ToString());
-          Buffers buf(s);
+          Buffers buf(s, r->device());
           for (auto _ : st) {
-            Status ok = plan->Run(buf.a.data(), s.k, buf.b.data(), s.n, buf.c.data(), s.n);
+            auto& x = buf.Next();
+            Status ok = plan->Run(x.a.data(), s.k, x.b.data(), s.n, x.c.data(), s.n);
             if (!ok.ok()) return st.SkipWithError(ok.ToString().c_str());
           }
           SetRate(st, s);
@@ -111,24 +133,28 @@ void RegisterAll() {
         auto sched = DefaultSchedule(key, device);
         if (!sched.ok()) return st.SkipWithError(sched.status().ToString().c_str());
         st.SetLabel(sched->ToString());
-        Buffers buf(s);
+        Buffers buf(s, device);
         GemmArgs g;
         g.m = s.m, g.n = s.n, g.k = s.k;
-        g.a = buf.a.data(), g.lda = s.k, g.b = buf.b.data(), g.ldb = s.n, g.c = buf.c.data(), g.ldc = s.n;
+        g.lda = s.k, g.ldb = s.n, g.ldc = s.n;
         for (auto _ : st) {
+          auto& x = buf.Next();
+          g.a = x.a.data(), g.b = x.b.data(), g.c = x.c.data();
           Status ok = RunGemm(*sched, g);
           if (!ok.ok()) return st.SkipWithError(ok.ToString().c_str());
         }
         SetRate(st, s);
       })->UseRealTime();
 #ifdef CG_HAVE_OPENBLAS
-      benchmark::RegisterBenchmark(("openblas/" + suffix).c_str(), [s, threads](benchmark::State& st) {
+      benchmark::RegisterBenchmark(("openblas/" + suffix).c_str(), [s, threads, device](benchmark::State& st) {
         openblas_set_num_threads(threads);
         st.SetLabel(openblas_get_corename());
-        Buffers buf(s);
-        for (auto _ : st)
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.m, s.n, s.k, 1.0f, buf.a.data(), s.k, buf.b.data(),
-                      s.n, 0.0f, buf.c.data(), s.n);
+        Buffers buf(s, device);
+        for (auto _ : st) {
+          auto& x = buf.Next();
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.m, s.n, s.k, 1.0f, x.a.data(), s.k, x.b.data(), s.n,
+                      0.0f, x.c.data(), s.n);
+        }
         SetRate(st, s);
       })->UseRealTime();
 #endif
@@ -164,6 +190,8 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     if (std::strncmp(argv[i], "--bundle=", 9) == 0) {
       SplitInto(argv[i] + 9, g_bundles);
+    } else if (std::strcmp(argv[i], "--cold") == 0) {
+      g_cold = true;
     } else {
       rest.push_back(argv[i]);
     }
@@ -175,6 +203,7 @@ int main(int argc, char** argv) {
 #ifdef CG_HAVE_OPENBLAS
   benchmark::AddCustomContext("openblas_core", openblas_get_corename());
 #endif
+  benchmark::AddCustomContext("buffers", g_cold ? "cold (rotated copies, as the tuner measures)" : "warm (one set)");
   benchmark::AddCustomContext("bundles", fmt::format("{}", fmt::join(g_bundles, ",")));
   RegisterAll();
   benchmark::RunSpecifiedBenchmarks();

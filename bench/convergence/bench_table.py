@@ -11,7 +11,8 @@ for b in data["benchmarks"]:
     if m and "GFLOPS" in b:
         rows[(int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)))][m.group(1)] = b["GFLOPS"]
 ctx = data.get("context", {})
-print(f"OpenBLAS core: {ctx.get('openblas_core', '?')}; load average at start: {ctx.get('load_avg', '?')}\n")
+print(f"OpenBLAS core: {ctx.get('openblas_core', '?')}; buffers: {ctx.get('buffers', 'warm (one set)')}; "
+      f"load average at start: {ctx.get('load_avg', '?')}\n")
 print("| m | n | k | threads | tuned GFLOP/s | default GFLOP/s | OpenBLAS GFLOP/s | tuned/default | tuned/OpenBLAS |")
 print("|---|---|---|---|---|---|---|---|---|")
 for key in sorted(rows, key=lambda k: (k[3], k[0], k[1], k[2])):
