@@ -313,7 +313,8 @@ ResolvedBundle ResolveBundle(const BundleSpec& spec, const DeviceInfo& device) {
 }
 
 StatusOr<std::vector<uint8_t>> ReadFileBytes(const std::string& path, int64_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not block; the file type is checked next.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return IoError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {

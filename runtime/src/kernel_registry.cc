@@ -43,6 +43,13 @@ Status ValidateGemmArgs(const GemmArgs& a) {
   if (a.ldb < b_cols)
     return InvalidArgument(fmt::format("gemm: ldb={} must be >= {} ({})", a.ldb, b_cols, a.trans_b ? "k, B transposed" : "n"));
   if (a.ldc < a.n) return InvalidArgument(fmt::format("gemm: ldc={} must be >= n={}", a.ldc, a.n));
+  // The last element of each operand must be addressable with int64 offsets.
+  constexpr int64_t kMaxElems = int64_t{1} << 40;
+  const int64_t a_rows = a.trans_a ? a.k : a.m, b_rows = a.trans_b ? a.n : a.k;
+  auto span_ok = [&](int64_t rows, int64_t ld) { return ld <= kMaxElems && rows <= kMaxElems / ld; };
+  if (!span_ok(a_rows, a.lda)) return InvalidArgument(fmt::format("gemm: A spans {} rows x lda={}: over 2^40 elements", a_rows, a.lda));
+  if (!span_ok(b_rows, a.ldb)) return InvalidArgument(fmt::format("gemm: B spans {} rows x ldb={}: over 2^40 elements", b_rows, a.ldb));
+  if (!span_ok(a.m, a.ldc)) return InvalidArgument(fmt::format("gemm: C spans {} rows x ldc={}: over 2^40 elements", a.m, a.ldc));
   if (!a.a || !a.b || !a.c)
     return InvalidArgument(fmt::format("gemm: pointer {} is null", !a.a ? "a" : !a.b ? "b" : "c"));
   return Status::Ok();

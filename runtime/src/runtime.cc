@@ -60,8 +60,13 @@ inline bool GemmArgsLookValid(const GemmArgs& a) {
   const bool dims = a.m >= 1 && a.n >= 1 && a.k >= 1 && a.m <= kMax && a.n <= kMax && a.k <= kMax;
   const bool lds = a.lda >= (a.trans_a ? a.m : a.k) && a.ldb >= (a.trans_b ? a.k : a.n) && a.ldc >= a.n;
   const bool ptrs = a.a && a.b && a.c;
-  const bool small = a.m * a.n <= (int64_t{1} << 40) && a.m * a.k <= (int64_t{1} << 40) && a.k * a.n <= (int64_t{1} << 40);
-  return dims && lds && ptrs && small;
+  // Each operand's rows x leading dimension stays within 2^40 elements (as ValidateGemmArgs).
+  constexpr int64_t kMaxElems = int64_t{1} << 40;
+  int64_t ea, eb, ec;
+  const bool spans = !__builtin_mul_overflow(a.trans_a ? a.k : a.m, a.lda, &ea) && ea <= kMaxElems &&
+                     !__builtin_mul_overflow(a.trans_b ? a.n : a.k, a.ldb, &eb) && eb <= kMaxElems &&
+                     !__builtin_mul_overflow(a.m, a.ldc, &ec) && ec <= kMaxElems;
+  return dims && lds && ptrs && spans;
 }
 
 struct LoadedBundle {
@@ -100,6 +105,12 @@ struct Runtime::Impl {
   }
 
   ThreadSlot* LocalSlotSlow() {
+    {
+      // Forget slots of runtimes destroyed since: the list stays as long as the
+      // number of live runtimes this thread uses.
+      std::lock_guard<std::mutex> lock(g_registry_mu);
+      std::erase_if(t_slots.all, [](const auto& e) { return !Registry().count(e.first); });
+    }
     for (auto& [rid, slot] : t_slots.all) {
       if (rid == id) {
         t_last_id = id;

@@ -288,3 +288,43 @@ TEST(Runtime, MissReportJsonRoundTripsAndIsWrittenAtExit) {
 
 }  // namespace
 }  // namespace cliffguard
+
+namespace cliffguard {
+namespace {
+
+TEST(Runtime, HugeLeadingDimensionsAreRefusedNotOverflowed) {
+  auto rt = Runtime::Create(Quiet());
+  ASSERT_TRUE(rt.ok());
+  float x[4] = {};
+  GemmArgs g;
+  g.m = g.n = g.k = 2;
+  g.a = g.b = x;
+  g.c = x;
+  g.lda = g.ldb = 2;
+  g.ldc = int64_t{1} << 62;
+  Status st = (*rt)->Gemm(g);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("ldc="), std::string::npos) << st.message();
+  g.ldc = 2;
+  g.lda = INT64_MAX;
+  EXPECT_NE((*rt)->Gemm(g).message().find("lda="), std::string::npos);
+}
+
+TEST(Runtime, ManyShortLivedRuntimesOnOneThread) {
+  for (int i = 0; i < 200; ++i) {
+    auto rt = Runtime::Create(Quiet());
+    ASSERT_TRUE(rt.ok());
+    float x[1] = {1};
+    GemmArgs g;
+    g.m = g.n = g.k = 1;
+    g.a = g.b = x;
+    float c[1] = {0};
+    g.c = c;
+    g.lda = g.ldb = g.ldc = 1;
+    ASSERT_TRUE((*rt)->Gemm(g).ok());
+    EXPECT_EQ((*rt)->Stats().at(0).misses, 1u);
+  }
+}
+
+}  // namespace
+}  // namespace cliffguard
