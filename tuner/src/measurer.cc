@@ -186,9 +186,11 @@ std::string ResultLine(size_t i, bool ok, double us, const std::string& error) {
 
 [[noreturn]] void WorkerMain(int fd, const Measurer::KeyData& data, const MeasureOptions& opt,
                              const DeviceInfo& device, std::span<const Schedule> schedules,
-                             const std::vector<size_t>& todo, bool interleaved) {
+                             const std::vector<size_t>& todo, bool interleaved, pid_t parent) {
+  // Die with the tuner. The check after prctl closes the race where the parent died
+  // between fork and prctl (getppid is then a reaper, not `parent`).
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() == 1) _exit(4);
+  if (::getppid() != parent) _exit(4);
   struct rlimit no_core = {0, 0};
   ::setrlimit(RLIMIT_CORE, &no_core);
   ::signal(SIGPIPE, SIG_DFL);
@@ -314,6 +316,7 @@ StatusOr<std::vector<MeasureResult>> Measurer::Run(const OpKey& key, std::span<c
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) return IoError(fmt::format("measurer: pipe failed: {}", std::strerror(errno)));
     std::fflush(nullptr);
+    const pid_t self = ::getpid();
     const pid_t pid = ::fork();
     if (pid < 0) {
       ::close(fds[0]);
@@ -322,7 +325,7 @@ StatusOr<std::vector<MeasureResult>> Measurer::Run(const OpKey& key, std::span<c
     }
     if (pid == 0) {
       ::close(fds[0]);
-      WorkerMain(fds[1], *data, options_, device_, schedules, todo, interleaved);
+      WorkerMain(fds[1], *data, options_, device_, schedules, todo, interleaved, self);
     }
     ::close(fds[1]);
     const int fd = fds[0];
