@@ -82,7 +82,8 @@ const std::vector<HandPick>& HandPicked() {
   // same schedule splits M (par=1) when M has enough mr panels, else N (par=0);
   // calls under ~20 MFLOP (m = 1, 16x768x768) stay on one thread, which measured
   // faster than waking a worker on this (shared, busy) host.
-  //   large M: 6x64 (A panel 6 x kc in L1, 24 accumulators), mc=48, kc=256
+  //   large M: 6x64 (A panel 6 x kc in L1, 24 accumulators), mc=48, kc=256;
+  //     2048^3: 8x32 with kc=384 (fewer passes over C, whose rows are 8 KiB apart)
   //   M = 1 or 16 with wide N: 8x32 reading A and B in place (no packing: each
   //     element of B is used by at most 16 rows), short kc=32 blocks
   static const char* k8x32 = "cpu_f32_gemm_8x32__avx512";
@@ -93,8 +94,8 @@ const std::vector<HandPick>& HandPicked() {
       {{256, 256, 256}, 2, k6x64, CG_P(48, 256, 1536, 1, 2, 2, 0, 1, 1)},
       {{1024, 1024, 1024}, 1, k6x64, CG_P(48, 256, 4096, 1, 1, 2, 0, 1, 1)},
       {{1024, 1024, 1024}, 2, k6x64, CG_P(48, 256, 4096, 1, 2, 2, 0, 1, 1)},
-      {{2048, 2048, 2048}, 1, k8x32, CG_P(64, 256, 1024, 0, 1, 4, 0, 1, 1)},
-      {{2048, 2048, 2048}, 2, k8x32, CG_P(64, 256, 1024, 1, 2, 4, 0, 1, 1)},
+      {{2048, 2048, 2048}, 1, k8x32, CG_P(128, 384, 2048, 0, 1, 4, 0, 1, 1)},
+      {{2048, 2048, 2048}, 2, k8x32, CG_P(128, 384, 2048, 1, 2, 4, 0, 1, 1)},
       {{1, 768, 768}, 1, k8x32, CG_P(48, 32, 2048, 1, 1, 1, 16, 0, 0)},
       {{1, 768, 768}, 2, k8x32, CG_P(48, 32, 2048, 1, 1, 1, 16, 0, 0)},
       {{1, 3072, 768}, 1, k8x32, CG_P(48, 32, 2048, 1, 1, 1, 16, 0, 0)},
