@@ -460,7 +460,7 @@ StatusOr<TuneResult> Tune(const TunerOptions& o) {
   {
     size_t most = 0;
     for (const auto& [op, m] : models) {
-      size_t n = std::count_if(keys.begin(), keys.end(), [&](const OpKey& k) { return k.op == op.op && k.dtype == op.dtype; });
+      size_t n = std::count_if(keys.begin(), keys.end(), [&, op = op](const OpKey& k) { return k.op == op.op && k.dtype == op.dtype; });
       if (n > most && m->trained()) {
         auto bytes = m->Serialize();
         if (bytes.ok()) {
