@@ -180,7 +180,8 @@ std::string BundleToJson(const BundleSpec& spec, int indent) {
   j["defaults"] = defaults;
   if (!spec.cost_model_format.empty() || !spec.cost_model.empty())
     j["cost_model"] = ordered_json{{"format", spec.cost_model_format}, {"base64", Base64Encode(spec.cost_model)}};
-  return j.dump(indent);
+  // Strings in a bundle are untrusted bytes: invalid UTF-8 is replaced, never thrown.
+  return j.dump(indent, ' ', false, ordered_json::error_handler_t::replace);
 }
 
 StatusOr<BundleSpec> BundleFromJson(std::string_view text) {

@@ -58,7 +58,7 @@ std::string MissReportToJson(const MissReport& r, int indent) {
                                 {"expected_gain_us", m.expected_gain_us}});
   }
   j["records"] = recs;
-  return j.dump(indent);
+  return j.dump(indent, ' ', false, ordered_json::error_handler_t::replace);
 }
 
 namespace {

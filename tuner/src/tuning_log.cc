@@ -70,7 +70,7 @@ StatusOr<LogRecord> RecordFromJson(std::string_view line) {
   json j;
   try {
     j = json::parse(line.begin(), line.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for huge numbers
     return DataLoss(fmt::format("not valid JSON: {}", e.what()));
   }
   if (!j.is_object()) return DataLoss("a record must be a JSON object");
@@ -81,7 +81,8 @@ StatusOr<LogRecord> RecordFromJson(std::string_view line) {
                 : type == json::value_t::number_unsigned ? f.is_number_unsigned() || (f.is_number_integer() && f.get<int64_t>() >= 0)
                 : type == json::value_t::number_integer ? f.is_number_integer()
                 : f.type() == type;
-    if (!good) return DataLoss(fmt::format("field '{}' has the wrong type ({})", field, f.dump()));
+    if (!good) return DataLoss(fmt::format("field '{}' has the wrong type ({})", field,
+                                                   f.dump(-1, ' ', false, json::error_handler_t::replace)));
     return Status::Ok();
   };
   LogRecord r;

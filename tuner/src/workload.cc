@@ -55,13 +55,17 @@ StatusOr<std::vector<OpKey>> ParseWorkload(std::string_view text, std::string_vi
     } catch (const nlohmann::json::parse_error& e) {
       return InvalidArgument(fmt::format("{}:{}: not valid JSON (workload as a JSON array of op key strings): {}",
                                          source, LineOf(text, e.byte > 0 ? e.byte - 1 : 0), e.what()));
+    } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range for a number too large
+      return InvalidArgument(fmt::format("{}: not valid JSON (workload as a JSON array of op key strings): {}", source,
+                                         e.what()));
     }
     if (!j.is_array()) return InvalidArgument(fmt::format("{}: a JSON workload must be an array of strings", source));
     // Line numbers for array elements: locate each string in the text in order.
     size_t search_from = first;
     for (size_t i = 0; i < j.size(); ++i) {
       if (!j[i].is_string())
-        return InvalidArgument(fmt::format("{}: element {} is {}, not an op key string", source, i, j[i].dump()));
+        return InvalidArgument(fmt::format("{}: element {} is {}, not an op key string", source, i,
+                                           j[i].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
       const std::string s = j[i].get<std::string>();
       size_t pos = text.find(s, search_from);
       int line = pos == std::string_view::npos ? 0 : LineOf(text, pos);
