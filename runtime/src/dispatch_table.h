@@ -69,6 +69,25 @@ class DispatchTable {
     }
   }
 
+  // The hit path for a GEMM call: matches without building an OpKey. Gemm keys in
+  // the table have zero unused dimensions (OpKey::Validate), so comparing the gemm
+  // fields is key equality.
+  const TableEntry* FindGemm(const GemmArgs& a, uint64_t hash) const {
+    uint64_t i = hash & mask_;
+    for (;;) {
+      const Slot& s = slots_[i];
+      if (s.index == 0) return nullptr;
+      if (s.hash == hash) {
+        const TableEntry& e = entries_[s.index - 1];
+        const OpKey& k = e.key;
+        if (((k.dims[0] ^ a.m) | (k.dims[1] ^ a.n) | (k.dims[2] ^ a.k)) == 0 && k.op == OpKind::kGemm &&
+            k.dtype == a.dtype && k.trans_a == a.trans_a && k.trans_b == a.trans_b)
+          return &e;
+      }
+      i = (i + 1) & mask_;
+    }
+  }
+
   const std::vector<TableEntry>& entries() const { return entries_; }
   size_t size() const { return entries_.size(); }
   bool has_device_bundle() const { return has_device_bundle_; }

@@ -1,6 +1,7 @@
 #include "cliffguard/runtime.h"
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -16,11 +17,6 @@
 
 namespace cliffguard {
 
-struct PlanCounter {
-  OpKey key;
-  std::atomic<uint64_t> hits{0};
-};
-
 namespace {
 
 // Per-thread dispatch state, one per (runtime, thread). `table` is both the table
@@ -28,6 +24,9 @@ namespace {
 struct ThreadSlot {
   std::atomic<const DispatchTable*> table{nullptr};
   std::unique_ptr<std::atomic<uint64_t>[]> hits;
+  // Hits of GemmPlan runs, indexed by the plan key's index; grown under mu.
+  std::unique_ptr<std::atomic<uint64_t>[]> plan_hits;
+  size_t plan_cap = 0;
   std::mutex mu;        // taken on table switches and by readers of the counts, never on a hit
   bool in_use = true;   // guarded by Impl::slots_mu
 };
@@ -54,19 +53,24 @@ thread_local LocalSlots t_slots;
 thread_local uint64_t t_last_id = 0;
 thread_local ThreadSlot* t_last_slot = nullptr;
 
-// Cheap argument checks for the hit path; the slow ValidateGemmArgs names the rule.
+// Argument checks for a call whose key was found in the table (so m, n, k already
+// form a valid key): leading dimensions, pointers, and every operand's rows x
+// leading dimension within 2^40 elements (as ValidateGemmArgs). Branch-free.
+inline bool HitArgsValid(const GemmArgs& a) {
+  constexpr int64_t kMaxElems = int64_t{1} << 40;
+  const int64_t a_rows = a.trans_a ? a.k : a.m, a_cols = a.trans_a ? a.m : a.k;
+  const int64_t b_rows = a.trans_b ? a.n : a.k, b_cols = a.trans_b ? a.k : a.n;
+  int64_t ea, eb, ec;
+  const bool oa = __builtin_mul_overflow(a_rows, a.lda, &ea), ob = __builtin_mul_overflow(b_rows, a.ldb, &eb),
+             oc = __builtin_mul_overflow(a.m, a.ldc, &ec);
+  return (a.lda >= a_cols) & (a.ldb >= b_cols) & (a.ldc >= a.n) & (a.a != nullptr) & (a.b != nullptr) &
+         (a.c != nullptr) & !oa & !ob & !oc & (ea <= kMaxElems) & (eb <= kMaxElems) & (ec <= kMaxElems);
+}
+
+// The same rule for any call (dimensions too).
 inline bool GemmArgsLookValid(const GemmArgs& a) {
   constexpr int64_t kMax = int64_t{1} << 31;
-  const bool dims = a.m >= 1 && a.n >= 1 && a.k >= 1 && a.m <= kMax && a.n <= kMax && a.k <= kMax;
-  const bool lds = a.lda >= (a.trans_a ? a.m : a.k) && a.ldb >= (a.trans_b ? a.k : a.n) && a.ldc >= a.n;
-  const bool ptrs = a.a && a.b && a.c;
-  // Each operand's rows x leading dimension stays within 2^40 elements (as ValidateGemmArgs).
-  constexpr int64_t kMaxElems = int64_t{1} << 40;
-  int64_t ea, eb, ec;
-  const bool spans = !__builtin_mul_overflow(a.trans_a ? a.k : a.m, a.lda, &ea) && ea <= kMaxElems &&
-                     !__builtin_mul_overflow(a.trans_b ? a.n : a.k, a.ldb, &eb) && eb <= kMaxElems &&
-                     !__builtin_mul_overflow(a.m, a.ldc, &ec) && ec <= kMaxElems;
-  return dims && lds && ptrs && spans;
+  return (a.m >= 1) & (a.n >= 1) & (a.k >= 1) & (a.m <= kMax) & (a.n <= kMax) & (a.k <= kMax) && HitArgsValid(a);
 }
 
 struct LoadedBundle {
@@ -94,8 +98,9 @@ struct Runtime::Impl {
   std::mutex totals_mu;  // lock order: slot mu(s) before totals_mu
   std::unordered_map<OpKey, uint64_t, OpKeyHash> hit_totals;
 
-  std::mutex plans_mu;
-  std::unordered_map<OpKey, std::unique_ptr<PlanCounter>, OpKeyHash> plan_counters;
+  std::mutex plans_mu;  // lock order: slot mu(s), totals_mu, then plans_mu
+  std::unordered_map<OpKey, uint32_t, OpKeyHash> plan_index;
+  std::vector<OpKey> plan_keys;  // index -> key; append-only
 
   MissLog misses;
 
@@ -104,7 +109,7 @@ struct Runtime::Impl {
     return LocalSlotSlow();
   }
 
-  ThreadSlot* LocalSlotSlow() {
+  [[gnu::noinline]] ThreadSlot* LocalSlotSlow() {
     {
       // Forget slots of runtimes destroyed since: the list stays as long as the
       // number of live runtimes this thread uses.
@@ -139,7 +144,7 @@ struct Runtime::Impl {
     return slot;
   }
 
-  // Adds the slot's counts to the totals. Caller holds s->mu.
+  // Adds the slot's table hit counts to the totals. Caller holds s->mu.
   void FoldLocked(ThreadSlot* s) {
     const DispatchTable* t = s->table.load(std::memory_order_relaxed);
     if (!t || !s->hits) return;
@@ -150,8 +155,32 @@ struct Runtime::Impl {
     }
   }
 
+  // Adds the slot's plan hit counts to the totals and clears them. Caller holds s->mu.
+  void FoldPlansLocked(ThreadSlot* s) {
+    if (!s->plan_cap) return;
+    std::lock_guard<std::mutex> lock(totals_mu);
+    std::lock_guard<std::mutex> plans_lock(plans_mu);
+    for (size_t i = 0; i < s->plan_cap; ++i) {
+      const uint64_t n = s->plan_hits[i].load(std::memory_order_relaxed);
+      if (n) hit_totals[plan_keys[i]] += n;
+      s->plan_hits[i].store(0, std::memory_order_relaxed);
+    }
+  }
+
+  // Makes room for plan index i in the slot's plan counters (first run of a plan on
+  // this thread).
+  [[gnu::noinline]] void GrowPlanHits(ThreadSlot* s, uint32_t i) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    const size_t cap = std::max<size_t>(16, std::bit_ceil(size_t(i) + 1));
+    auto grown = std::make_unique<std::atomic<uint64_t>[]>(cap);
+    for (size_t j = 0; j < cap; ++j)
+      grown[j].store(j < s->plan_cap ? s->plan_hits[j].load(std::memory_order_relaxed) : 0, std::memory_order_relaxed);
+    s->plan_hits = std::move(grown);
+    s->plan_cap = cap;
+  }
+
   // Publishes the current table as this slot's hazard and counts against it.
-  const DispatchTable* SwitchTable(ThreadSlot* s) {
+  [[gnu::noinline]] const DispatchTable* SwitchTable(ThreadSlot* s) {
     std::lock_guard<std::mutex> lock(s->mu);
     FoldLocked(s);
     for (;;) {
@@ -169,6 +198,7 @@ struct Runtime::Impl {
     {
       std::lock_guard<std::mutex> lock(s->mu);
       FoldLocked(s);
+      FoldPlansLocked(s);
       s->hits.reset();
       s->table.store(nullptr, std::memory_order_seq_cst);
     }
@@ -332,11 +362,10 @@ struct Runtime::Impl {
       }
       std::lock_guard<std::mutex> totals_lock(totals_mu);
       for (const auto& [k, n] : hit_totals) add_hits(k, n);
-    }
-    {
-      std::lock_guard<std::mutex> lock(plans_mu);
-      for (const auto& [k, c] : plan_counters)
-        if (uint64_t n = c->hits.load(std::memory_order_relaxed)) add_hits(k, n);
+      std::lock_guard<std::mutex> plans_lock(plans_mu);
+      for (auto& s : slots)
+        for (size_t i = 0; i < s->plan_cap; ++i)
+          if (uint64_t n = s->plan_hits[i].load(std::memory_order_relaxed)) add_hits(plan_keys[i], n);
     }
     for (const auto& m : misses.Snap()) {
       KeyStats& s = out[m.key];
@@ -427,24 +456,30 @@ void Runtime::UnloadAll() {
   impl_->RebuildLocked();
 }
 
+namespace {
+// Out of line so that the hit path keeps a small frame.
+[[gnu::noinline, gnu::cold]] Status InvalidGemmArgs(const GemmArgs& a) {
+  CG_RETURN_IF_ERROR(ValidateGemmArgs(a));
+  return InvalidArgument(fmt::format("gemm: arguments m={} n={} k={} are too large", a.m, a.n, a.k));
+}
+}  // namespace
+
 Status Runtime::Gemm(const GemmArgs& a) {
   Impl& r = *impl_;
-  if (!GemmArgsLookValid(a)) [[unlikely]] {
-    CG_RETURN_IF_ERROR(ValidateGemmArgs(a));
-    return InvalidArgument(fmt::format("gemm: arguments m={} n={} k={} are too large", a.m, a.n, a.k));
-  }
-  const OpKey key = GemmKeyOf(a);
-  const uint64_t hash = key.Hash();
+  // Look up first: a key found in the table is a valid key, so a hit only checks
+  // the leading dimensions and pointers. Everything else validates fully.
+  const uint64_t hash = GemmKeyHash(a.dtype, a.trans_a, a.trans_b, a.m, a.n, a.k);
   ThreadSlot* s = r.LocalSlot();
   const DispatchTable* t = r.table.load(std::memory_order_acquire);
   if (t != s->table.load(std::memory_order_relaxed)) [[unlikely]] t = r.SwitchTable(s);
-  const TableEntry* e = t->Find(key, hash);
-  if (e && !e->rejected) [[likely]] {
+  const TableEntry* e = t->FindGemm(a, hash);
+  if (e && !e->rejected && HitArgsValid(a)) [[likely]] {
     std::atomic<uint64_t>& c = s->hits[e->index];
     c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     return RunGemm(e->schedule, a);
   }
-  return r.MissGemm(a, key, hash, t, e);
+  if (!GemmArgsLookValid(a)) [[unlikely]] return InvalidGemmArgs(a);
+  return r.MissGemm(a, GemmKeyOf(a), hash, t, e);
 }
 
 StatusOr<Runtime::Resolution> Runtime::Resolve(const OpKey& key) const {
@@ -489,12 +524,9 @@ StatusOr<GemmPlan> Runtime::PlanGemm(const OpKey& key) {
   }
   if (plan.hit_) {
     std::lock_guard<std::mutex> lock(r.plans_mu);
-    auto& c = r.plan_counters[key];
-    if (!c) {
-      c = std::make_unique<PlanCounter>();
-      c->key = key;
-    }
-    plan.counter_ = c.get();
+    auto [it, inserted] = r.plan_index.try_emplace(key, static_cast<uint32_t>(r.plan_keys.size()));
+    if (inserted) r.plan_keys.push_back(key);
+    plan.plan_index_ = it->second;
   }
   plan.runtime_ = &r;
   return plan;
@@ -568,7 +600,7 @@ GemmPlan& GemmPlan::operator=(GemmPlan&& o) noexcept {
   key_ = o.key_;
   schedule_ = o.schedule_;
   hit_ = std::exchange(o.hit_, false);
-  counter_ = std::exchange(o.counter_, nullptr);
+  plan_index_ = o.plan_index_;
   miss_ = std::exchange(o.miss_, nullptr);
   return *this;
 }
@@ -591,9 +623,12 @@ Status GemmPlan::Run(const float* a, int64_t lda, const float* b, int64_t ldb, f
   args.ldc = ldc;
   args.alpha = alpha;
   args.beta = beta;
-  if (!GemmArgsLookValid(args)) [[unlikely]] return ValidateGemmArgs(args);
+  if (!GemmArgsLookValid(args)) [[unlikely]] return InvalidGemmArgs(args);
   if (hit_) [[likely]] {
-    counter_->hits.fetch_add(1, std::memory_order_relaxed);
+    ThreadSlot* s = runtime_->LocalSlot();
+    if (plan_index_ >= s->plan_cap) [[unlikely]] runtime_->GrowPlanHits(s, plan_index_);
+    std::atomic<uint64_t>& c = s->plan_hits[plan_index_];
+    c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     return RunGemm(schedule_, args);
   }
   const uint64_t t0 = TickClock::Now();

@@ -93,17 +93,30 @@ inline OpKey OpKey::Gemm(int64_t m, int64_t n, int64_t k, bool trans_a, bool tra
   return key;
 }
 
+namespace detail {
+inline constexpr uint64_t kKeyMul[OpKey::kMaxDims + 1] = {
+    0x9e3779b97f4a7c15ULL, 0xc2b2ae3d27d4eb4fULL, 0x165667b19e3779f9ULL, 0xd6e8feb86659fd93ULL,
+    0xff51afd7ed558ccdULL, 0xc4ceb9fe1a85ec53ULL, 0x94d049bb133111ebULL, 0xbf58476d1ce4e5b9ULL,
+    0x2545f4914f6cdd1dULL, 0x9fb21c651e98df25ULL, 0xa0761d6478bd642fULL, 0xe7037ed1a0b428dbULL};
+inline uint64_t KeyHeaderHash(OpKind op, DType dtype, bool trans_a, bool trans_b) {
+  return ((static_cast<uint64_t>(op) << 24) | (static_cast<uint64_t>(dtype) << 16) |
+          (static_cast<uint64_t>(trans_a) << 8) | static_cast<uint64_t>(trans_b)) * kKeyMul[OpKey::kMaxDims];
+}
+}  // namespace detail
+
+// OpKey::Gemm(m, n, k, trans_a, trans_b, dtype).Hash(), without building the key:
+// independent multiplies by distinct odd constants, summed, then one mix.
+[[gnu::always_inline]] inline uint64_t GemmKeyHash(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                                                   int64_t k) {
+  return MixHash64(detail::KeyHeaderHash(OpKind::kGemm, dtype, trans_a, trans_b) +
+                   static_cast<uint64_t>(m) * detail::kKeyMul[0] + static_cast<uint64_t>(n) * detail::kKeyMul[1] +
+                   static_cast<uint64_t>(k) * detail::kKeyMul[2]);
+}
+
 inline uint64_t OpKey::Hash() const {
-  // Independent multiplies by distinct odd constants, summed, then one mix: a few
-  // cycles, no serial chain over the dimensions.
-  constexpr uint64_t kMul[kMaxDims + 1] = {
-      0x9e3779b97f4a7c15ULL, 0xc2b2ae3d27d4eb4fULL, 0x165667b19e3779f9ULL, 0xd6e8feb86659fd93ULL,
-      0xff51afd7ed558ccdULL, 0xc4ceb9fe1a85ec53ULL, 0x94d049bb133111ebULL, 0xbf58476d1ce4e5b9ULL,
-      0x2545f4914f6cdd1dULL, 0x9fb21c651e98df25ULL, 0xa0761d6478bd642fULL, 0xe7037ed1a0b428dbULL};
-  uint64_t h = ((static_cast<uint64_t>(op) << 24) | (static_cast<uint64_t>(dtype) << 16) |
-                (static_cast<uint64_t>(trans_a) << 8) | static_cast<uint64_t>(trans_b)) * kMul[kMaxDims];
-  const int nd = op == OpKind::kGemm ? 3 : kMaxDims;
-  for (int i = 0; i < nd; ++i) h += static_cast<uint64_t>(dims[i]) * kMul[i];
+  if (op == OpKind::kGemm) return GemmKeyHash(dtype, trans_a, trans_b, dims[0], dims[1], dims[2]);
+  uint64_t h = detail::KeyHeaderHash(op, dtype, trans_a, trans_b);
+  for (int i = 0; i < kMaxDims; ++i) h += static_cast<uint64_t>(dims[i]) * detail::kKeyMul[i];
   return MixHash64(h);
 }
 

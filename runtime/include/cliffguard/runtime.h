@@ -64,7 +64,6 @@ struct KeyStats {
 };
 
 class GemmPlan;
-struct PlanCounter;
 struct MissEntry;
 
 class Runtime {
@@ -145,8 +144,8 @@ class GemmPlan {
   OpKey key_;
   Schedule schedule_;
   bool hit_ = false;
-  PlanCounter* counter_ = nullptr;  // owned by the runtime: hits of every plan for this key
-  MissEntry* miss_ = nullptr;       // owned by the runtime: this key's miss record
+  uint32_t plan_index_ = 0;    // the key's index in the runtime's per-thread plan hit counters
+  MissEntry* miss_ = nullptr;  // owned by the runtime: this key's miss record
 };
 
 }  // namespace cliffguard
