@@ -1,5 +1,6 @@
 #include "miss_log.h"
 
+#include <algorithm>
 #include <thread>
 
 namespace cliffguard {
@@ -31,10 +32,15 @@ std::vector<MissLog::Snapshot> MissLog::Snap() const {
   for (const Shard& s : shards_) {
     std::lock_guard<std::mutex> lock(s.mu);
     for (const auto& [key, e] : s.map) {
-      out.push_back({key, e->kind, e->count.load(std::memory_order_relaxed),
-                     e->fallback_ticks.load(std::memory_order_relaxed), e->first_tick.load(std::memory_order_relaxed),
-                     e->last_tick.load(std::memory_order_relaxed),
-                     e->fallback.ToString()});
+      Snapshot snap{key, e->kind, 0, 0, 0, 0, e->fallback.ToString()};
+      for (const auto& st : e->stripes) {
+        snap.count += st.count.load(std::memory_order_relaxed);
+        snap.fallback_ticks += st.fallback_ticks.load(std::memory_order_relaxed);
+        const uint64_t first = st.first_tick.load(std::memory_order_relaxed);
+        if (first && (!snap.first_tick || first < snap.first_tick)) snap.first_tick = first;
+        snap.last_tick = std::max(snap.last_tick, st.last_tick.load(std::memory_order_relaxed));
+      }
+      out.push_back(std::move(snap));
     }
   }
   return out;
@@ -44,7 +50,7 @@ uint64_t MissLog::CountFor(const OpKey& key) const {
   const Shard& s = shards_[(key.Hash() >> 58) & (kShards - 1)];
   std::lock_guard<std::mutex> lock(s.mu);
   auto it = s.map.find(key);
-  return it == s.map.end() ? 0 : it->second->count.load(std::memory_order_relaxed);
+  return it == s.map.end() ? 0 : it->second->Count();
 }
 
 }  // namespace cliffguard

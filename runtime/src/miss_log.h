@@ -37,28 +37,41 @@ class TickClock {
   double unix0_;
 };
 
-// One missed key. Counters are atomics so that the per-call update needs no lock;
-// kind, fallback and generation change only under the owning shard's mutex.
+// One missed key. Counters are striped by thread (each stripe on its own cache line)
+// so that threads missing the same key do not contend; kind, fallback and
+// generation change only under the owning shard's mutex.
 struct MissEntry {
+  static constexpr int kStripes = 8;
+  struct alignas(64) Stripe {
+    std::atomic<uint64_t> count{0};
+    std::atomic<uint64_t> fallback_ticks{0};
+    std::atomic<uint64_t> first_tick{0};  // 0: none yet
+    std::atomic<uint64_t> last_tick{0};
+  };
   OpKey key;
-  std::atomic<uint64_t> count{0};
-  std::atomic<uint64_t> fallback_ticks{0};
-  std::atomic<uint64_t> first_tick{0};
-  std::atomic<uint64_t> last_tick{0};
+  Stripe stripes[kStripes];
   // Guarded by the shard mutex:
   MissKind kind = MissKind::kShapeMiss;
   Schedule fallback;
   std::string fallback_source;   // "bundle default" or "built-in default"
   uint64_t generation = ~uint64_t{0};  // dispatch-table generation kind/fallback were computed for
 
-  void Record(uint64_t t0, uint64_t t1) {
-    count.fetch_add(1, std::memory_order_relaxed);
-    fallback_ticks.fetch_add(t1 - t0, std::memory_order_relaxed);
+  // Records one fallback run on stripe `stripe` (any value; taken modulo kStripes).
+  void Record(uint32_t stripe, uint64_t t0, uint64_t t1) {
+    Stripe& s = stripes[stripe % kStripes];
+    s.count.fetch_add(1, std::memory_order_relaxed);
+    s.fallback_ticks.fetch_add(t1 - t0, std::memory_order_relaxed);
     uint64_t first = 0;
-    first_tick.compare_exchange_strong(first, t0, std::memory_order_relaxed);
-    uint64_t last = last_tick.load(std::memory_order_relaxed);
-    while (t1 > last && !last_tick.compare_exchange_weak(last, t1, std::memory_order_relaxed)) {
+    if (s.first_tick.load(std::memory_order_relaxed) == 0)
+      s.first_tick.compare_exchange_strong(first, t0, std::memory_order_relaxed);
+    uint64_t last = s.last_tick.load(std::memory_order_relaxed);
+    while (t1 > last && !s.last_tick.compare_exchange_weak(last, t1, std::memory_order_relaxed)) {
     }
+  }
+  uint64_t Count() const {
+    uint64_t n = 0;
+    for (const Stripe& s : stripes) n += s.count.load(std::memory_order_relaxed);
+    return n;
   }
 };
 

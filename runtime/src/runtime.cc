@@ -1,6 +1,7 @@
 #include "cliffguard/runtime.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <atomic>
 #include <cstdlib>
@@ -27,6 +28,16 @@ struct ThreadSlot {
   // Hits of GemmPlan runs, indexed by the plan key's index; grown under mu.
   std::unique_ptr<std::atomic<uint64_t>[]> plan_hits;
   size_t plan_cap = 0;
+  uint32_t stripe = 0;  // this slot's stripe of the miss counters
+  // Owner-only cache of recently missed keys: repeated misses skip the miss log's
+  // shard mutex. Entries stay valid for one dispatch-table generation.
+  struct MissCacheLine {
+    uint64_t hash = 0;
+    uint64_t generation = ~uint64_t{0};
+    MissEntry* entry = nullptr;
+    Schedule fallback;
+  };
+  std::array<MissCacheLine, 16> miss_cache{};
   std::mutex mu;        // taken on table switches and by readers of the counts, never on a hit
   bool in_use = true;   // guarded by Impl::slots_mu
 };
@@ -136,6 +147,7 @@ struct Runtime::Impl {
       if (!slot) {
         slots.push_back(std::make_unique<ThreadSlot>());
         slot = slots.back().get();
+        slot->stripe = static_cast<uint32_t>(slots.size() - 1);
       }
     }
     t_slots.all.emplace_back(id, slot);
@@ -331,14 +343,20 @@ struct Runtime::Impl {
     return m;
   }
 
-  [[gnu::noinline]] Status MissGemm(const GemmArgs& a, const OpKey& key, uint64_t hash, const DispatchTable* t,
+  [[gnu::noinline]] Status MissGemm(ThreadSlot* s, const GemmArgs& a, uint64_t hash, const DispatchTable* t,
                                     const TableEntry* found) {
-    Schedule fallback;
-    MissEntry* m = FindMiss(key, hash, t, found, fallback);
+    const OpKey key = GemmKeyOf(a);
+    ThreadSlot::MissCacheLine& line = s->miss_cache[hash % s->miss_cache.size()];
+    if (!(line.entry && line.hash == hash && line.generation == t->generation() && line.entry->key == key)) {
+      Schedule fallback;
+      MissEntry* m = FindMiss(key, hash, t, found, fallback);
+      line = {hash, t->generation(), m, fallback};
+    }
     const uint64_t t0 = TickClock::Now();
-    Status st = fallback.variant ? RunGemm(fallback, a)
-                                 : Unimplemented(fmt::format("no kernel runs '{}' on {}", key.ToString(), device.fingerprint));
-    m->Record(t0, TickClock::Now());
+    Status st = line.fallback.variant
+                    ? RunGemm(line.fallback, a)
+                    : Unimplemented(fmt::format("no kernel runs '{}' on {}", key.ToString(), device.fingerprint));
+    line.entry->Record(s->stripe, t0, TickClock::Now());
     return st;
   }
 
@@ -479,7 +497,7 @@ Status Runtime::Gemm(const GemmArgs& a) {
     return RunGemm(e->schedule, a);
   }
   if (!GemmArgsLookValid(a)) [[unlikely]] return InvalidGemmArgs(a);
-  return r.MissGemm(a, GemmKeyOf(a), hash, t, e);
+  return r.MissGemm(s, a, hash, t, e);
 }
 
 StatusOr<Runtime::Resolution> Runtime::Resolve(const OpKey& key) const {
@@ -633,7 +651,7 @@ Status GemmPlan::Run(const float* a, int64_t lda, const float* b, int64_t ldb, f
   }
   const uint64_t t0 = TickClock::Now();
   Status st = RunGemm(schedule_, args);
-  miss_->Record(t0, TickClock::Now());
+  miss_->Record(runtime_->LocalSlot()->stripe, t0, TickClock::Now());
   return st;
 }
 
