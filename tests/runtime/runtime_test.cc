@@ -34,17 +34,7 @@ struct Problem {
     c.assign(size_t(k.m() * k.n()), 0.f);
     for (auto& x : a) x = d(rng);
     for (auto& x : b) x = d(rng);
-    args.trans_a = k.trans_a;
-    args.trans_b = k.trans_b;
-    args.m = k.m();
-    args.n = k.n();
-    args.k = k.k();
-    args.a = a.data();
-    args.lda = k.trans_a ? k.m() : k.k();
-    args.b = b.data();
-    args.ldb = k.trans_b ? k.k() : k.n();
-    args.c = c.data();
-    args.ldc = k.n();
+    args = DenseGemmArgs(k, a.data(), b.data(), c.data());
   }
   double MaxError() const {
     double err = 0;

@@ -84,19 +84,7 @@ struct Operands {
   OpKey key;
   std::vector<float> a, b;
   GemmArgs Args(std::vector<float>& c) const {
-    GemmArgs g;
-    g.trans_a = key.trans_a;
-    g.trans_b = key.trans_b;
-    g.m = key.m();
-    g.n = key.n();
-    g.k = key.k();
-    g.a = a.data();
-    g.lda = key.trans_a ? key.m() : key.k();
-    g.b = b.data();
-    g.ldb = key.trans_b ? key.k() : key.n();
-    g.c = c.data();
-    g.ldc = key.n();
-    return g;
+    return DenseGemmArgs(key, a.data(), b.data(), c.data());
   }
 };
 std::vector<Operands> AllOperands() {

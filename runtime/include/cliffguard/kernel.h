@@ -56,6 +56,28 @@ struct GemmArgs {
 Status ValidateGemmArgs(const GemmArgs& args);
 inline OpKey GemmKeyOf(const GemmArgs& a) { return OpKey::Gemm(a.m, a.n, a.k, a.trans_a, a.trans_b, a.dtype); }
 
+// Arguments for a gemm key whose operands are dense row-major arrays (each leading
+// dimension is its operand's row length).
+inline GemmArgs DenseGemmArgs(const OpKey& key, const void* a, const void* b, void* c, float alpha = 1.0f,
+                              float beta = 0.0f) {
+  GemmArgs g;
+  g.dtype = key.dtype;
+  g.trans_a = key.trans_a;
+  g.trans_b = key.trans_b;
+  g.m = key.m();
+  g.n = key.n();
+  g.k = key.k();
+  g.alpha = alpha;
+  g.beta = beta;
+  g.a = a;
+  g.lda = key.trans_a ? key.m() : key.k();
+  g.b = b;
+  g.ldb = key.trans_b ? key.k() : key.n();
+  g.c = c;
+  g.ldc = key.n();
+  return g;
+}
+
 struct KernelVariant;
 
 // Runs one GEMM with the given parameter values. Arguments and parameters have been
