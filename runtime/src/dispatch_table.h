@@ -57,35 +57,17 @@ class DispatchTable {
 
   // Hit path: no allocation, no locks.
   const TableEntry* Find(const OpKey& key, uint64_t hash) const {
-    uint64_t i = hash & mask_;
-    for (;;) {
-      const Slot& s = slots_[i];
-      if (s.index == 0) return nullptr;
-      if (s.hash == hash) {
-        const TableEntry& e = entries_[s.index - 1];
-        if (e.key == key) return &e;
-      }
-      i = (i + 1) & mask_;
-    }
+    return Probe(hash, [&](const OpKey& k) { return k == key; });
   }
 
   // The hit path for a GEMM call: matches without building an OpKey. Gemm keys in
   // the table have zero unused dimensions (OpKey::Validate), so comparing the gemm
   // fields is key equality.
   const TableEntry* FindGemm(const GemmArgs& a, uint64_t hash) const {
-    uint64_t i = hash & mask_;
-    for (;;) {
-      const Slot& s = slots_[i];
-      if (s.index == 0) return nullptr;
-      if (s.hash == hash) {
-        const TableEntry& e = entries_[s.index - 1];
-        const OpKey& k = e.key;
-        if (((k.dims[0] ^ a.m) | (k.dims[1] ^ a.n) | (k.dims[2] ^ a.k)) == 0 && k.op == OpKind::kGemm &&
-            k.dtype == a.dtype && k.trans_a == a.trans_a && k.trans_b == a.trans_b)
-          return &e;
-      }
-      i = (i + 1) & mask_;
-    }
+    return Probe(hash, [&](const OpKey& k) {
+      return ((k.dims[0] ^ a.m) | (k.dims[1] ^ a.n) | (k.dims[2] ^ a.k)) == 0 && k.op == OpKind::kGemm &&
+             k.dtype == a.dtype && k.trans_a == a.trans_a && k.trans_b == a.trans_b;
+    });
   }
 
   const std::vector<TableEntry>& entries() const { return entries_; }
@@ -102,6 +84,16 @@ class DispatchTable {
   }
 
  private:
+  // Linear probing from hash; `match` compares a candidate entry's key.
+  template <typename Match>
+  const TableEntry* Probe(uint64_t hash, Match&& match) const {
+    for (uint64_t i = hash & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.index == 0) return nullptr;
+      if (s.hash == hash && match(entries_[s.index - 1].key)) return &entries_[s.index - 1];
+    }
+  }
+
   struct Slot {
     uint64_t hash = 0;
     uint32_t index = 0;  // entry index + 1; 0 = empty

@@ -1,5 +1,6 @@
 // Explorer: simulated annealing over a synthetic score on a ~1.5e5-point fake GEMM space.
 #include "cliffguard/tuner/explorer.h"
+#include "fake_gemm_params.h"
 
 #include <gtest/gtest.h>
 
@@ -9,16 +10,7 @@
 namespace cliffguard::tuner {
 namespace {
 
-constexpr int32_t kMc[] = {16, 32, 48, 64, 96, 128, 192, 256};
-constexpr int32_t kKc[] = {32, 64, 128, 192, 256, 384, 512, 768};
-constexpr int32_t kNc[] = {32, 64, 128, 256, 512, 1024, 2048, 4096};
-constexpr int32_t kPar[] = {0, 1, 2};
-constexpr int32_t kThreads[] = {1, 2, 4};
-constexpr int32_t kUnroll[] = {1, 2, 4, 8};
-constexpr int32_t kBool[] = {0, 1};
-const ParamSpec kParams[] = {{"mc", kMc, 64, ""},         {"kc", kKc, 256, ""},    {"nc", kNc, 512, ""},
-                             {"par", kPar, 0, ""},        {"threads", kThreads, 1, ""},
-                             {"unroll_k", kUnroll, 4, ""}, {"prefetch", kBool, 1, ""}, {"pack_a", kBool, 1, ""}};
+using namespace cliffguard::tuner::testing;  // kParams and its value lists
 
 // threads <= device threads; packed B block kc x nc x 4 bytes <= 4 MiB.
 Status Check(const KernelVariant&, const OpKey&, const ParamValues& p, const DeviceInfo& d) {

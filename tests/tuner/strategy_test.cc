@@ -1,5 +1,6 @@
 // Search strategies on fake kernel tables with a synthetic "measurement".
 #include "cliffguard/tuner/strategy.h"
+#include "fake_gemm_params.h"
 
 #include <gtest/gtest.h>
 
@@ -14,16 +15,7 @@
 namespace cliffguard::tuner {
 namespace {
 
-constexpr int32_t kMc[] = {16, 32, 48, 64, 96, 128, 192, 256};
-constexpr int32_t kKc[] = {32, 64, 128, 192, 256, 384, 512, 768};
-constexpr int32_t kNc[] = {32, 64, 128, 256, 512, 1024, 2048, 4096};
-constexpr int32_t kPar[] = {0, 1, 2};
-constexpr int32_t kThreads[] = {1, 2, 4};
-constexpr int32_t kUnroll[] = {1, 2, 4, 8};
-constexpr int32_t kBool[] = {0, 1};
-const ParamSpec kParams[] = {{"mc", kMc, 64, ""},         {"kc", kKc, 256, ""},    {"nc", kNc, 512, ""},
-                             {"par", kPar, 0, ""},        {"threads", kThreads, 1, ""},
-                             {"unroll_k", kUnroll, 4, ""}, {"prefetch", kBool, 1, ""}, {"pack_a", kBool, 1, ""}};
+using namespace cliffguard::tuner::testing;  // kParams and its value lists
 // A small table for exhaustion tests: 4 * 3 * 2 * 3 = 72 points per variant.
 constexpr int32_t kMcSmall[] = {16, 32, 48, 64};
 constexpr int32_t kKcSmall[] = {32, 64, 128};

@@ -186,7 +186,7 @@ std::string ResultLine(size_t i, bool ok, double us, const std::string& error) {
 
 [[noreturn]] void WorkerMain(int fd, const Measurer::KeyData& data, const MeasureOptions& opt,
                              const DeviceInfo& device, std::span<const Schedule> schedules,
-                             const std::vector<size_t>& todo, bool interleaved, pid_t parent) {
+                             const std::vector<size_t>& pending, bool interleaved, pid_t parent) {
   // Die with the tuner. The check after prctl closes the race where the parent died
   // between fork and prctl (getppid is then a reaper, not `parent`).
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -196,7 +196,7 @@ std::string ResultLine(size_t i, bool ok, double us, const std::string& error) {
   ::signal(SIGPIPE, SIG_DFL);
   Worker w(data, opt, device);
   if (!interleaved) {
-    for (size_t i : todo) {
+    for (size_t i : pending) {
       WriteAll(fd, fmt::format("S {}\n", i));
       const Schedule& s = schedules[i];
       std::string err = w.Check(s);
@@ -206,20 +206,20 @@ std::string ResultLine(size_t i, bool ok, double us, const std::string& error) {
       WriteAll(fd, err.empty() ? ResultLine(i, true, Median(times), "") : ResultLine(i, false, 0, err));
     }
   } else {
-    std::vector<std::string> errs(todo.size());
-    std::vector<std::vector<double>> times(todo.size());
-    for (size_t t = 0; t < todo.size(); ++t) {
-      errs[t] = w.Check(schedules[todo[t]]);
-      if (errs[t].empty()) errs[t] = w.Warmup(schedules[todo[t]]);
+    std::vector<std::string> errs(pending.size());
+    std::vector<std::vector<double>> times(pending.size());
+    for (size_t t = 0; t < pending.size(); ++t) {
+      errs[t] = w.Check(schedules[pending[t]]);
+      if (errs[t].empty()) errs[t] = w.Warmup(schedules[pending[t]]);
     }
     const int rounds = std::max(1, opt.interleave_rounds);
     const int per_round_calls = std::max(1, (std::max(1, opt.min_repeats) + rounds - 1) / rounds);
     for (int r = 0; r < rounds; ++r)
-      for (size_t t = 0; t < todo.size(); ++t)
-        if (errs[t].empty()) errs[t] = w.Time(schedules[todo[t]], opt.min_time_ms / 2, per_round_calls, times[t]);
-    for (size_t t = 0; t < todo.size(); ++t)
-      WriteAll(fd, errs[t].empty() ? ResultLine(todo[t], true, Median(times[t]), "")
-                                   : ResultLine(todo[t], false, 0, errs[t]));
+      for (size_t t = 0; t < pending.size(); ++t)
+        if (errs[t].empty()) errs[t] = w.Time(schedules[pending[t]], opt.min_time_ms / 2, per_round_calls, times[t]);
+    for (size_t t = 0; t < pending.size(); ++t)
+      WriteAll(fd, errs[t].empty() ? ResultLine(pending[t], true, Median(times[t]), "")
+                                   : ResultLine(pending[t], false, 0, errs[t]));
   }
   _exit(0);
 }
@@ -298,21 +298,21 @@ StatusOr<std::vector<MeasureResult>> Measurer::Run(const OpKey& key, std::span<c
     done[i] = true;
     if (on_result) on_result(i, r);
   };
-  std::vector<size_t> todo;
+  std::vector<size_t> pending;
   for (size_t i = 0; i < schedules.size(); ++i) {
     Status st = CheckSchedule(schedules[i], key, device_);
     if (!st.ok()) {
       finish(i, false, 0, fmt::format("invalid schedule: {}", st.message()));
     } else {
-      todo.push_back(i);
+      pending.push_back(i);
     }
   }
-  if (todo.empty()) return results;
+  if (pending.empty()) return results;
   CG_ASSIGN_OR_RETURN(const KeyData* data, DataFor(key));
 
   const double timeout_s = options_.timeout_s > 0 ? options_.timeout_s : 30.0;
   const double setup_s = 60.0;
-  while (!todo.empty()) {
+  while (!pending.empty()) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) return IoError(fmt::format("measurer: pipe failed: {}", std::strerror(errno)));
     std::fflush(nullptr);
@@ -325,14 +325,14 @@ StatusOr<std::vector<MeasureResult>> Measurer::Run(const OpKey& key, std::span<c
     }
     if (pid == 0) {
       ::close(fds[0]);
-      WorkerMain(fds[1], *data, options_, device_, schedules, todo, interleaved, self);
+      WorkerMain(fds[1], *data, options_, device_, schedules, pending, interleaved, self);
     }
     ::close(fds[1]);
     const int fd = fds[0];
     std::string buf;
     long in_flight = -1;
     auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                                       setup_s + (interleaved ? timeout_s * todo.size() : 0)));
+                                       setup_s + (interleaved ? timeout_s * pending.size() : 0)));
     auto arm = [&](double s) {
       deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
     };
@@ -370,7 +370,7 @@ StatusOr<std::vector<MeasureResult>> Measurer::Run(const OpKey& key, std::span<c
           std::string err = *end == ' ' ? std::string(end + 1) : std::string(end);
           if (i < schedules.size() && !done[i]) finish(i, ok, us, std::move(err));
           in_flight = -1;
-          arm(interleaved ? timeout_s * todo.size() : timeout_s);
+          arm(interleaved ? timeout_s * pending.size() : timeout_s);
         }
       }
     }
@@ -388,7 +388,7 @@ StatusOr<std::vector<MeasureResult>> Measurer::Run(const OpKey& key, std::span<c
       why = fmt::format("crashed: worker exited with status {}", WEXITSTATUS(wstatus));
     }
     std::vector<size_t> rest;
-    for (size_t i : todo)
+    for (size_t i : pending)
       if (!done[i]) rest.push_back(i);
     if (rest.empty()) break;
     if (why.empty()) why = "worker ended without a result";
@@ -400,9 +400,9 @@ StatusOr<std::vector<MeasureResult>> Measurer::Run(const OpKey& key, std::span<c
       // every remaining candidate gets the error, so the loop always ends.
       for (size_t i : rest) finish(i, false, 0, fmt::format("{} (outside a single candidate)", why));
     }
-    todo.clear();
+    pending.clear();
     for (size_t i : rest)
-      if (!done[i]) todo.push_back(i);
+      if (!done[i]) pending.push_back(i);
   }
   return results;
 }

@@ -50,6 +50,21 @@ inline void CopyRow(float* __restrict dst, const float* __restrict src, int n, i
   for (int j = n; j < width; ++j) dst[j] = 0.0f;
 }
 
+// Transposing copy: dst[p * width + i] = src[i * ld + p] for i < rows, p < depth
+// (rows of the source become columns of the panel), in chunks of 8 along p.
+inline void PackTransposed(float* __restrict dst, int width, const float* __restrict src, int64_t ld, int rows,
+                           int64_t depth) {
+  constexpr int kChunk = 8;
+  int64_t p = 0;
+  for (; p + kChunk <= depth; p += kChunk)
+    for (int i = 0; i < rows; ++i) {
+      const float* s = src + i * ld + p;
+      for (int u = 0; u < kChunk; ++u) dst[(p + u) * width + i] = s[u];
+    }
+  for (; p < depth; ++p)
+    for (int i = 0; i < rows; ++i) dst[p * width + i] = src[i * ld + p];
+}
+
 struct AView {
   const float* base;
   int64_t panel_stride, rs, ks;
@@ -93,15 +108,7 @@ void PackA(const Ctx& c, int64_t ic, int64_t mcb, int64_t pc, int64_t kcb, int64
     const int64_t ib = ic + r * mr;
     const int mb = static_cast<int>(std::min<int64_t>(mr, mcb - r * mr));
     if (!c.ta) {
-      constexpr int kChunk = 8;
-      int64_t p = 0;
-      for (; p + kChunk <= kcb; p += kChunk)
-        for (int i = 0; i < mb; ++i) {
-          const float* s = c.a + (ib + i) * c.lda + pc + p;
-          for (int u = 0; u < kChunk; ++u) d[(p + u) * mr + i] = s[u];
-        }
-      for (; p < kcb; ++p)
-        for (int i = 0; i < mb; ++i) d[p * mr + i] = c.a[(ib + i) * c.lda + pc + p];
+      PackTransposed(d, mr, c.a + ib * c.lda + pc, c.lda, mb, kcb);
     } else {
       for (int64_t p = 0; p < kcb; ++p) CopyRow(d + p * mr, c.a + (pc + p) * c.lda + ib, mb, mb);
     }
@@ -122,15 +129,7 @@ void PackB(const Ctx& c, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, int64
       if (nb < nr)
         for (int64_t p = 0; p < kcb; ++p)
           for (int j = nb; j < nr; ++j) d[p * nr + j] = 0.0f;
-      constexpr int kChunk = 8;
-      int64_t p = 0;
-      for (; p + kChunk <= kcb; p += kChunk)
-        for (int j = 0; j < nb; ++j) {
-          const float* s = c.b + (jb + j) * c.ldb + pc + p;
-          for (int u = 0; u < kChunk; ++u) d[(p + u) * nr + j] = s[u];
-        }
-      for (; p < kcb; ++p)
-        for (int j = 0; j < nb; ++j) d[p * nr + j] = c.b[(jb + j) * c.ldb + pc + p];
+      PackTransposed(d, nr, c.b + jb * c.ldb + pc, c.ldb, nb, kcb);
     }
   }
 }
