@@ -38,6 +38,14 @@ NamedSchedule ReadSchedule(const fb::Schedule* s) {
   return out;
 }
 
+// The Verifier checks a vector's length field (4-byte aligned) but not the alignment
+// of its 8-byte elements, so they are read by copy, never through an int64_t pointer.
+int64_t LongAt(const flatbuffers::Vector<int64_t>& v, flatbuffers::uoffset_t i) {
+  int64_t x;
+  std::memcpy(&x, v.Data() + size_t(i) * sizeof(x), sizeof(x));
+  return flatbuffers::EndianScalar(x);
+}
+
 // Decodes a key, checking enum ranges and dimension counts; Validate() last.
 StatusOr<OpKey> ReadKey(const fb::OpKey* k) {
   if (!k) return InvalidArgument("entry has no key");
@@ -54,8 +62,8 @@ StatusOr<OpKey> ReadKey(const fb::OpKey* k) {
   if (got_shape != size_t(nshape) || got_attrs != size_t(nattrs))
     return InvalidArgument(fmt::format("{} key needs {} shape and {} attribute values, has {} and {}",
                                        OpKindName(key.op), nshape, nattrs, got_shape, got_attrs));
-  for (int i = 0; i < nshape; ++i) key.dims[i] = k->shape()->Get(i);
-  for (int i = 0; i < nattrs; ++i) key.dims[nshape + i] = k->attrs()->Get(i);
+  for (int i = 0; i < nshape; ++i) key.dims[i] = LongAt(*k->shape(), i);
+  for (int i = 0; i < nattrs; ++i) key.dims[nshape + i] = LongAt(*k->attrs(), i);
   CG_RETURN_IF_ERROR(key.Validate());
   return key;
 }
@@ -157,6 +165,13 @@ std::vector<uint8_t> SerializeBundle(const BundleSpec& spec) {
   return std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
 }
 
+AlignedBytes::AlignedBytes(std::span<const uint8_t> bytes) : view_(bytes) {
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(uint64_t) == 0) return;
+  copy_.resize((bytes.size() + sizeof(uint64_t) - 1) / sizeof(uint64_t));
+  if (!bytes.empty()) std::memcpy(copy_.data(), bytes.data(), bytes.size());
+  view_ = {reinterpret_cast<const uint8_t*>(copy_.data()), bytes.size()};
+}
+
 StatusOr<const fb::Bundle*> VerifyBundle(std::span<const uint8_t> bytes, std::string_view source) {
   if (bytes.size() < 8)
     return DataLoss(fmt::format("bundle '{}': {} bytes is too short to be a bundle (at least 8)", source, bytes.size()));
@@ -210,7 +225,8 @@ DeviceInfo DeviceFromFlatbuffer(const fb::Device* d) {
 }
 
 StatusOr<BundleSpec> ParseBundle(std::span<const uint8_t> bytes, std::string_view source) {
-  CG_ASSIGN_OR_RETURN(const fb::Bundle* b, VerifyBundle(bytes, source));
+  const AlignedBytes aligned(bytes);
+  CG_ASSIGN_OR_RETURN(const fb::Bundle* b, VerifyBundle(aligned.span(), source));
   BundleSpec spec;
   spec.schema_version = b->schema_version();
   spec.producer = Str(b->producer());

@@ -275,7 +275,8 @@ struct Runtime::Impl {
   }
 
   StatusOr<LoadedBundle> Prepare(std::span<const uint8_t> bytes, const std::string& source) const {
-    CG_ASSIGN_OR_RETURN(const fb::Bundle* b, VerifyBundle(bytes, source));
+    const AlignedBytes aligned(bytes);
+    CG_ASSIGN_OR_RETURN(const fb::Bundle* b, VerifyBundle(aligned.span(), source));
     LoadedBundle lb;
     LoadReport& r = lb.report;
     r.source = source;

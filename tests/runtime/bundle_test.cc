@@ -1,11 +1,13 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include <gtest/gtest.h>
 
+#include "bundle_internal.h"
 #include "cliffguard/bundle.h"
 #include "cliffguard/runtime.h"
 #include "test_bundles.h"
@@ -156,6 +158,73 @@ TEST(Bundle, RejectsBadEntriesAndKeepsTheGoodOnes) {
   EXPECT_FALSE(r9->hit);
   EXPECT_EQ(r9->miss_kind, MissKind::kRejectedEntry);
   EXPECT_EQ((*rt)->Resolve(OpKey::Gemm(13, 13, 13))->miss_kind, MissKind::kShapeMiss);
+}
+
+// A bundle for the host with one entry whose [long] shape vector is 4- but not
+// 8-aligned. flatc never writes one; another writer (or a fuzzer) can, and the
+// flatbuffers Verifier only checks the vector's 4-byte length field.
+std::vector<uint8_t> BundleWithMisalignedShape(const DeviceInfo& host, const OpKey& key) {
+  const NamedSchedule sched = ToNamed(*DefaultSchedule(key, host));
+  for (int pad = 0; pad < 2; ++pad) {
+    flatbuffers::FlatBufferBuilder fbb;
+    std::vector<flatbuffers::Offset<fb::Param>> params;
+    for (const auto& [name, value] : sched.params) params.push_back(fb::CreateParam(fbb, fbb.CreateString(name), value));
+    auto schedule = fb::CreateSchedule(fbb, fbb.CreateString(sched.variant), fbb.CreateVector(params));
+    if (pad) fbb.CreateVector(std::vector<int32_t>{7});
+    // Three int64 values written as six int32 words; the length is patched to 3 below.
+    std::vector<int32_t> words;
+    for (int i = 0; i < 3; ++i) words.insert(words.end(), {int32_t(key.dims[i]), int32_t(key.dims[i] >> 32)});
+    const flatbuffers::Offset<flatbuffers::Vector<int64_t>> shape(fbb.CreateVector(words).o);
+    auto k = fb::CreateOpKey(fbb, fb::OpKind::gemm, fb::DType::f32, false, false, shape);
+    auto entry = fb::CreateEntry(fbb, k, schedule, 10.0, 20.0, 3, 1764460800);
+    auto device = fb::CreateDevice(fbb, fb::Backend::cpu, 0, 0, fbb.CreateString(host.arch), 0,
+                                   fbb.CreateString(host.fingerprint));
+    std::vector<flatbuffers::Offset<fb::Entry>> entries{entry};
+    fb::FinishBundleBuffer(fbb, fb::CreateBundle(fbb, kBundleSchemaVersion, 0, 0, 0, device, fbb.CreateVector(entries)));
+    std::vector<uint8_t> bytes(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
+    const auto* vec = fb::GetBundle(bytes.data())->entries()->Get(0)->key()->shape();
+    const size_t len_at = reinterpret_cast<const uint8_t*>(vec) - bytes.data();
+    if ((len_at + 4) % 8 == 0) continue;
+    const uint32_t three = 3;
+    std::memcpy(bytes.data() + len_at, &three, sizeof three);
+    return bytes;
+  }
+  ADD_FAILURE() << "could not place the shape vector off 8-byte alignment";
+  return {};
+}
+
+TEST(Bundle, ReadsEightByteVectorElementsThatAreNotEightAligned) {
+  const DeviceInfo host = HostCpuDevice();
+  const OpKey key = OpKey::Gemm(33, 17, 5);
+  const auto bytes = BundleWithMisalignedShape(host, key);
+  auto spec = ParseBundle(bytes, "misaligned");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_EQ(spec->entries.size(), 1u);
+  EXPECT_EQ(spec->entries[0].key, key);
+  auto rt = Runtime::Create({.threads = 0, .miss_report_path = "", .warn_on_miss = false});
+  ASSERT_TRUE(rt.ok());
+  auto rep = (*rt)->LoadBundleBuffer(bytes, "misaligned");
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->entries_loaded, 1u);
+  EXPECT_TRUE((*rt)->Resolve(key)->hit);
+}
+
+TEST(Bundle, LoadsFromABufferThatIsNotEightAligned) {
+  const BundleSpec spec = SampleSpec();
+  const auto bytes = SerializeBundle(spec);
+  std::vector<uint8_t> storage(bytes.size() + 1);
+  std::memcpy(storage.data() + 1, bytes.data(), bytes.size());
+  const std::span<const uint8_t> odd(storage.data() + 1, bytes.size());
+  auto back = ParseBundle(odd, "odd address");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->entries[1].key, spec.entries[1].key);
+  EXPECT_EQ(back->entries[0].tuned_us, spec.entries[0].tuned_us);
+  auto rt = Runtime::Create({.threads = 0, .miss_report_path = "", .warn_on_miss = false});
+  ASSERT_TRUE(rt.ok());
+  auto rep = (*rt)->LoadBundleBuffer(odd, "odd address");
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->entries_loaded, 2u);
+  EXPECT_TRUE((*rt)->Resolve(spec.entries[0].key)->hit);
 }
 
 TEST(Bundle, AnotherDevicesBundleIsNotApplied) {
