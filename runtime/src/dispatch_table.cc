@@ -9,6 +9,7 @@ KeyIndex::KeyIndex(size_t expected) {
   const size_t cap = std::bit_ceil(std::max<size_t>(16, expected * 2));
   slots_.assign(cap, 0);
   mask_ = cap - 1;
+  shift_ = 64 - std::countr_zero(cap);
 }
 
 DispatchTable::DispatchTable(std::vector<Input> in, bool has_device_bundle,
@@ -17,6 +18,7 @@ DispatchTable::DispatchTable(std::vector<Input> in, bool has_device_bundle,
   const size_t cap = std::bit_ceil(std::max<size_t>(16, in.size() * 2));
   slots_.resize(cap);
   mask_ = cap - 1;
+  shift_ = 64 - std::countr_zero(cap);
   entries_.reserve(in.size());
   std::vector<double> ratios[2];
   for (Input& x : in) {
@@ -24,16 +26,17 @@ DispatchTable::DispatchTable(std::vector<Input> in, bool has_device_bundle,
     e.key = x.key;
     e.schedule = x.schedule;
     e.rejected = x.rejected;
+    if (e.key.op == OpKind::kGemm) e.ld = GemmLeadingDimBounds(e.key);
     e.index = static_cast<uint32_t>(entries_.size());
     e.tuned_us = x.tuned_us;
     e.default_us = x.default_us;
     if (!e.rejected && e.tuned_us > 0 && e.default_us > 0)
       ratios[static_cast<int>(e.key.op) & 1].push_back(e.default_us / e.tuned_us);
     const uint64_t h = e.key.Hash();
-    uint64_t i = h & mask_;
-    while (slots_[i].index != 0) i = (i + 1) & mask_;
-    slots_[i] = {h, e.index + 1};
-    entries_.push_back(e);
+    uint64_t i = h >> shift_;
+    while (slots_[i].entry) i = (i + 1) & mask_;
+    entries_.push_back(e);  // reserved above: never reallocates
+    slots_[i] = {h, &entries_.back()};
   }
   for (int op = 0; op < 2; ++op) {
     auto& r = ratios[op];

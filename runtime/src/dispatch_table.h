@@ -1,7 +1,9 @@
 // Internal: the immutable dispatch table built from the loaded bundles.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "cliffguard/kernel.h"
@@ -19,7 +21,7 @@ class KeyIndex {
   // returns the index already there (and inserts nothing). Returns -1 on insertion.
   template <typename KeyAt>
   int64_t InsertOrFind(const OpKey& key, uint32_t i, KeyAt&& key_at) {
-    uint64_t pos = key.Hash() & mask_;
+    uint64_t pos = key.Hash() >> shift_;
     while (slots_[pos] != 0) {
       const uint32_t j = slots_[pos] - 1;
       if (key_at(j) == key) return j;
@@ -32,6 +34,7 @@ class KeyIndex {
  private:
   std::vector<uint32_t> slots_;
   uint64_t mask_;
+  int shift_;  // slot = hash >> shift_: the high bits (OpKey::Hash)
 };
 
 struct TableEntry {
@@ -39,6 +42,7 @@ struct TableEntry {
   Schedule schedule;     // variant == nullptr when rejected
   bool rejected = false; // present in a bundle for this device but unusable
   uint32_t index = 0;    // position in entries(); indexes per-thread hit counters
+  GemmLdBounds ld{};     // gemm keys: the leading dimensions a call may pass
   double tuned_us = 0, default_us = 0;
 };
 
@@ -54,6 +58,8 @@ class DispatchTable {
   // Keys must be unique in `in`.
   DispatchTable(std::vector<Input> in, bool has_device_bundle, std::vector<std::pair<OpKey, Schedule>> defaults,
                 uint64_t generation);
+  DispatchTable(const DispatchTable&) = delete;  // slots point into entries_
+  DispatchTable& operator=(const DispatchTable&) = delete;
 
   // Hit path: no allocation, no locks.
   const TableEntry* Find(const OpKey& key, uint64_t hash) const {
@@ -64,9 +70,12 @@ class DispatchTable {
   // the table have zero unused dimensions (OpKey::Validate), so comparing the gemm
   // fields is key equality.
   const TableEntry* FindGemm(const GemmArgs& a, uint64_t hash) const {
+    const unsigned char want[4] = {static_cast<unsigned char>(OpKind::kGemm), static_cast<unsigned char>(a.dtype),
+                                   a.trans_a, a.trans_b};
+    const uint32_t head = HeadWord(want);
     return Probe(hash, [&](const OpKey& k) {
-      return ((k.dims[0] ^ a.m) | (k.dims[1] ^ a.n) | (k.dims[2] ^ a.k)) == 0 && k.op == OpKind::kGemm &&
-             k.dtype == a.dtype && k.trans_a == a.trans_a && k.trans_b == a.trans_b;
+      return ((k.dims[0] ^ a.m) | (k.dims[1] ^ a.n) | (k.dims[2] ^ a.k)) == 0 &&
+             HeadWord(reinterpret_cast<const unsigned char*>(&k)) == head;
     });
   }
 
@@ -84,23 +93,33 @@ class DispatchTable {
   }
 
  private:
+  // A key's op, dtype, trans_a and trans_b as one word: one compare instead of four.
+  static uint32_t HeadWord(const unsigned char* bytes) {
+    static_assert(offsetof(OpKey, op) == 0 && offsetof(OpKey, dtype) == 1 && offsetof(OpKey, trans_a) == 2 &&
+                  offsetof(OpKey, trans_b) == 3);
+    uint32_t w;
+    std::memcpy(&w, bytes, sizeof w);
+    return w;
+  }
+
   // Linear probing from hash; `match` compares a candidate entry's key.
   template <typename Match>
   const TableEntry* Probe(uint64_t hash, Match&& match) const {
-    for (uint64_t i = hash & mask_;; i = (i + 1) & mask_) {
+    for (uint64_t i = hash >> shift_;; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
-      if (s.index == 0) return nullptr;
-      if (s.hash == hash && match(entries_[s.index - 1].key)) return &entries_[s.index - 1];
+      if (!s.entry) return nullptr;
+      if (s.hash == hash && match(s.entry->key)) return s.entry;
     }
   }
 
   struct Slot {
     uint64_t hash = 0;
-    uint32_t index = 0;  // entry index + 1; 0 = empty
+    const TableEntry* entry = nullptr;  // into entries_, which never reallocates; null = empty
   };
   std::vector<TableEntry> entries_;
   std::vector<Slot> slots_;
   uint64_t mask_ = 0;
+  int shift_ = 64;  // slot = hash >> shift_: the high bits (OpKey::Hash)
   bool has_device_bundle_ = false;
   std::vector<std::pair<OpKey, Schedule>> defaults_;
   double speedup_[2] = {1.0, 1.0};

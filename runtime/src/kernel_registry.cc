@@ -35,21 +35,34 @@ const KernelVariant* FindKernelVariant(std::string_view name) {
   return nullptr;
 }
 
-Status ValidateGemmArgs(const GemmArgs& a) {
-  CG_RETURN_IF_ERROR(GemmKeyOf(a).Validate());
-  const int64_t a_cols = a.trans_a ? a.m : a.k, b_cols = a.trans_b ? a.k : a.n;
-  if (a.lda < a_cols)
-    return InvalidArgument(fmt::format("gemm: lda={} must be >= {} ({})", a.lda, a_cols, a.trans_a ? "m, A transposed" : "k"));
-  if (a.ldb < b_cols)
-    return InvalidArgument(fmt::format("gemm: ldb={} must be >= {} ({})", a.ldb, b_cols, a.trans_b ? "k, B transposed" : "n"));
-  if (a.ldc < a.n) return InvalidArgument(fmt::format("gemm: ldc={} must be >= n={}", a.ldc, a.n));
-  // The last element of each operand must be addressable with int64 offsets.
+GemmLdBounds GemmLeadingDimBounds(const OpKey& key) {
   constexpr int64_t kMaxElems = int64_t{1} << 40;
-  const int64_t a_rows = a.trans_a ? a.k : a.m, b_rows = a.trans_b ? a.n : a.k;
-  auto span_ok = [&](int64_t rows, int64_t ld) { return ld <= kMaxElems && rows <= kMaxElems / ld; };
-  if (!span_ok(a_rows, a.lda)) return InvalidArgument(fmt::format("gemm: A spans {} rows x lda={}: over 2^40 elements", a_rows, a.lda));
-  if (!span_ok(b_rows, a.ldb)) return InvalidArgument(fmt::format("gemm: B spans {} rows x ldb={}: over 2^40 elements", b_rows, a.ldb));
-  if (!span_ok(a.m, a.ldc)) return InvalidArgument(fmt::format("gemm: C spans {} rows x ldc={}: over 2^40 elements", a.m, a.ldc));
+  const int64_t m = key.dims[0], n = key.dims[1], k = key.dims[2];
+  const int64_t rows[3] = {key.trans_a ? k : m, key.trans_b ? n : k, m};
+  const int64_t cols[3] = {key.trans_a ? m : k, key.trans_b ? k : n, n};
+  GemmLdBounds b;
+  for (int i = 0; i < 3; ++i) {
+    b.lo[i] = cols[i];
+    b.hi[i] = kMaxElems / rows[i];
+  }
+  return b;
+}
+
+Status ValidateGemmArgs(const GemmArgs& a) {
+  const OpKey key = GemmKeyOf(a);
+  CG_RETURN_IF_ERROR(key.Validate());
+  const GemmLdBounds bounds = GemmLeadingDimBounds(key);
+  const int64_t ld[3] = {a.lda, a.ldb, a.ldc};
+  const int64_t rows[3] = {a.trans_a ? a.k : a.m, a.trans_b ? a.n : a.k, a.m};
+  static constexpr const char* kName[3] = {"lda", "ldb", "ldc"};
+  const char* row_length[3] = {a.trans_a ? "m, A transposed" : "k", a.trans_b ? "k, B transposed" : "n", "n"};
+  for (int i = 0; i < 3; ++i) {
+    if (ld[i] < bounds.lo[i])
+      return InvalidArgument(fmt::format("gemm: {}={} must be >= {} ({})", kName[i], ld[i], bounds.lo[i], row_length[i]));
+    if (ld[i] > bounds.hi[i])
+      return InvalidArgument(fmt::format("gemm: {} spans {} rows x {}={}: over 2^40 elements", "ABC"[i], rows[i],
+                                         kName[i], ld[i]));
+  }
   if (!a.a || !a.b || !a.c)
     return InvalidArgument(fmt::format("gemm: pointer {} is null", !a.a ? "a" : !a.b ? "b" : "c"));
   return Status::Ok();

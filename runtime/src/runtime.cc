@@ -37,7 +37,7 @@ struct ThreadSlot {
     MissEntry* entry = nullptr;
     Schedule fallback;
   };
-  std::array<MissCacheLine, 16> miss_cache{};
+  std::array<MissCacheLine, 16> miss_cache{};  // indexed by hash >> 60
   std::mutex mu;        // taken on table switches and by readers of the counts, never on a hit
   bool in_use = true;   // guarded by Impl::slots_mu
 };
@@ -64,11 +64,18 @@ thread_local LocalSlots t_slots;
 thread_local uint64_t t_last_id = 0;
 thread_local ThreadSlot* t_last_slot = nullptr;
 
-// Argument checks for a call whose key was found in the table (so m, n, k already
-// form a valid key): leading dimensions, pointers, and every operand's rows x
-// leading dimension within 2^40 elements (as ValidateGemmArgs). Branch-free.
-inline bool HitArgsValid(const GemmArgs& a) {
-  constexpr int64_t kMaxElems = int64_t{1} << 40;
+// Argument checks for a call whose key is known valid (a table entry's or a plan's):
+// that key's leading-dimension bounds (ValidateGemmArgs' rule) and pointers.
+// Branch-free.
+inline bool KnownKeyArgsValid(const GemmArgs& a, const GemmLdBounds& ld) {
+  return (a.lda >= ld.lo[0]) & (a.lda <= ld.hi[0]) & (a.ldb >= ld.lo[1]) & (a.ldb <= ld.hi[1]) &
+         (a.ldc >= ld.lo[2]) & (a.ldc <= ld.hi[2]) & (a.a != nullptr) & (a.b != nullptr) & (a.c != nullptr);
+}
+
+// The same rule for any call, dimensions too, without building an error message.
+inline bool GemmArgsLookValid(const GemmArgs& a) {
+  constexpr int64_t kMax = int64_t{1} << 31, kMaxElems = int64_t{1} << 40;
+  if (!((a.m >= 1) & (a.n >= 1) & (a.k >= 1) & (a.m <= kMax) & (a.n <= kMax) & (a.k <= kMax))) return false;
   const int64_t a_rows = a.trans_a ? a.k : a.m, a_cols = a.trans_a ? a.m : a.k;
   const int64_t b_rows = a.trans_b ? a.n : a.k, b_cols = a.trans_b ? a.k : a.n;
   int64_t ea, eb, ec;
@@ -76,12 +83,6 @@ inline bool HitArgsValid(const GemmArgs& a) {
              oc = __builtin_mul_overflow(a.m, a.ldc, &ec);
   return (a.lda >= a_cols) & (a.ldb >= b_cols) & (a.ldc >= a.n) & (a.a != nullptr) & (a.b != nullptr) &
          (a.c != nullptr) & !oa & !ob & !oc & (ea <= kMaxElems) & (eb <= kMaxElems) & (ec <= kMaxElems);
-}
-
-// The same rule for any call (dimensions too).
-inline bool GemmArgsLookValid(const GemmArgs& a) {
-  constexpr int64_t kMax = int64_t{1} << 31;
-  return (a.m >= 1) & (a.n >= 1) & (a.k >= 1) & (a.m <= kMax) & (a.n <= kMax) & (a.k <= kMax) && HitArgsValid(a);
 }
 
 struct LoadedBundle {
@@ -347,7 +348,7 @@ struct Runtime::Impl {
   [[gnu::noinline]] Status MissGemm(ThreadSlot* s, const GemmArgs& a, uint64_t hash, const DispatchTable* t,
                                     const TableEntry* found) {
     const OpKey key = GemmKeyOf(a);
-    ThreadSlot::MissCacheLine& line = s->miss_cache[hash % s->miss_cache.size()];
+    ThreadSlot::MissCacheLine& line = s->miss_cache[hash >> 60];  // 16 lines, high bits (OpKey::Hash)
     if (!(line.entry && line.hash == hash && line.generation == t->generation() && line.entry->key == key)) {
       Schedule fallback;
       MissEntry* m = FindMiss(key, hash, t, found, fallback);
@@ -492,7 +493,7 @@ Status Runtime::Gemm(const GemmArgs& a) {
   const DispatchTable* t = r.table.load(std::memory_order_acquire);
   if (t != s->table.load(std::memory_order_relaxed)) [[unlikely]] t = r.SwitchTable(s);
   const TableEntry* e = t->FindGemm(a, hash);
-  if (e && !e->rejected && HitArgsValid(a)) [[likely]] {
+  if (e && !e->rejected && KnownKeyArgsValid(a, e->ld)) [[likely]] {
     std::atomic<uint64_t>& c = s->hits[e->index];
     c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     return RunGemm(e->schedule, a);
@@ -529,6 +530,7 @@ StatusOr<GemmPlan> Runtime::PlanGemm(const OpKey& key) {
   Impl& r = *impl_;
   GemmPlan plan;
   plan.key_ = key;
+  plan.ld_ = GemmLeadingDimBounds(key);
   {
     std::lock_guard<std::mutex> lock(r.load_mu);
     const DispatchTable* t = r.table.load(std::memory_order_acquire);
@@ -618,6 +620,7 @@ GemmPlan& GemmPlan::operator=(GemmPlan&& o) noexcept {
   runtime_ = std::exchange(o.runtime_, nullptr);
   key_ = o.key_;
   schedule_ = o.schedule_;
+  ld_ = o.ld_;
   hit_ = std::exchange(o.hit_, false);
   plan_index_ = o.plan_index_;
   miss_ = std::exchange(o.miss_, nullptr);
@@ -642,7 +645,7 @@ Status GemmPlan::Run(const float* a, int64_t lda, const float* b, int64_t ldb, f
   args.ldc = ldc;
   args.alpha = alpha;
   args.beta = beta;
-  if (!GemmArgsLookValid(args)) [[unlikely]] return InvalidGemmArgs(args);
+  if (!KnownKeyArgsValid(args, ld_)) [[unlikely]] return InvalidGemmArgs(args);
   if (hit_) [[likely]] {
     ThreadSlot* s = runtime_->LocalSlot();
     if (plan_index_ >= s->plan_cap) [[unlikely]] runtime_->GrowPlanHits(s, plan_index_);

@@ -247,7 +247,7 @@ TEST(BadInputApiTest, GemmRejectsNullPointersAndSmallLeadingDimensions) {
   {
     GemmArgs a = g.args;
     a.ldc = -1;
-    ExpectInvalid(*rt, a, "ldc=-1", ">= n=6");
+    ExpectInvalid(*rt, a, "ldc=-1", ">= 6 (n)");
   }
   EXPECT_TRUE(rt->Stats().empty());
   // A good call after all that still works and is counted once.

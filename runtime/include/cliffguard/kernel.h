@@ -54,6 +54,14 @@ struct GemmArgs {
 
 // Checks dims >= 1, leading dimensions, non-null pointers. Names the value and rule.
 Status ValidateGemmArgs(const GemmArgs& args);
+
+// The leading dimensions ValidateGemmArgs accepts for a valid gemm key: lda, ldb and
+// ldc each within [lo, hi] (at least the operand's row length; rows x ld at most 2^40
+// elements). hi < lo when no value is accepted.
+struct GemmLdBounds {
+  int64_t lo[3], hi[3];  // lda, ldb, ldc
+};
+GemmLdBounds GemmLeadingDimBounds(const OpKey& key);
 inline OpKey GemmKeyOf(const GemmArgs& a) { return OpKey::Gemm(a.m, a.n, a.k, a.trans_a, a.trans_b, a.dtype); }
 
 // Arguments for a gemm key whose operands are dense row-major arrays (each leading

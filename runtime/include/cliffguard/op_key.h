@@ -56,8 +56,11 @@ struct OpKey {
   std::string ToString() const;
   static StatusOr<OpKey> Parse(std::string_view text);
 
-  // 64-bit hash of the canonical fields; equal keys hash equal. Cheap (a few ns):
-  // computed once per call on the dispatch path.
+  // 64-bit hash of the canonical fields; equal keys hash equal. Computed once per
+  // call on the dispatch path, so it is one multiply deep: a sum of each field times
+  // a distinct odd constant. Its high bits depend on every input bit, its low bits
+  // do not: hash tables take their slot from the high bits (Fibonacci hashing), and
+  // other uses go through MixHash64 (as OpKeyHash does).
   uint64_t Hash() const;
 
   friend bool operator==(const OpKey& a, const OpKey& b) {
@@ -68,10 +71,6 @@ struct OpKey {
   friend bool operator!=(const OpKey& a, const OpKey& b) { return !(a == b); }
 };
 
-struct OpKeyHash {
-  size_t operator()(const OpKey& k) const { return static_cast<size_t>(k.Hash()); }
-};
-
 inline uint64_t MixHash64(uint64_t x) {
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdULL;
@@ -80,6 +79,10 @@ inline uint64_t MixHash64(uint64_t x) {
   x ^= x >> 33;
   return x;
 }
+
+struct OpKeyHash {
+  size_t operator()(const OpKey& k) const { return static_cast<size_t>(MixHash64(k.Hash())); }
+};
 
 inline OpKey OpKey::Gemm(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, DType dtype) {
   OpKey key;
@@ -105,19 +108,19 @@ inline uint64_t KeyHeaderHash(OpKind op, DType dtype, bool trans_a, bool trans_b
 }  // namespace detail
 
 // OpKey::Gemm(m, n, k, trans_a, trans_b, dtype).Hash(), without building the key:
-// independent multiplies by distinct odd constants, summed, then one mix.
+// independent multiplies by distinct odd constants, summed.
 [[gnu::always_inline]] inline uint64_t GemmKeyHash(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n,
                                                    int64_t k) {
-  return MixHash64(detail::KeyHeaderHash(OpKind::kGemm, dtype, trans_a, trans_b) +
-                   static_cast<uint64_t>(m) * detail::kKeyMul[0] + static_cast<uint64_t>(n) * detail::kKeyMul[1] +
-                   static_cast<uint64_t>(k) * detail::kKeyMul[2]);
+  return detail::KeyHeaderHash(OpKind::kGemm, dtype, trans_a, trans_b) +
+         static_cast<uint64_t>(m) * detail::kKeyMul[0] + static_cast<uint64_t>(n) * detail::kKeyMul[1] +
+         static_cast<uint64_t>(k) * detail::kKeyMul[2];
 }
 
 inline uint64_t OpKey::Hash() const {
   if (op == OpKind::kGemm) return GemmKeyHash(dtype, trans_a, trans_b, dims[0], dims[1], dims[2]);
   uint64_t h = detail::KeyHeaderHash(op, dtype, trans_a, trans_b);
   for (int i = 0; i < kMaxDims; ++i) h += static_cast<uint64_t>(dims[i]) * detail::kKeyMul[i];
-  return MixHash64(h);
+  return h;
 }
 
 }  // namespace cliffguard

@@ -143,6 +143,7 @@ class GemmPlan {
   Runtime::Impl* runtime_ = nullptr;
   OpKey key_;
   Schedule schedule_;
+  GemmLdBounds ld_{};          // the leading dimensions Run accepts
   bool hit_ = false;
   uint32_t plan_index_ = 0;    // the key's index in the runtime's per-thread plan hit counters
   MissEntry* miss_ = nullptr;  // owned by the runtime: this key's miss record
