@@ -585,7 +585,8 @@ TEST_F(CliBadInputTest, MalformedArgumentsAreRefused) {
   ExpectCleanFailure(fmt::format("run --shape 4,4,4 --op conv9"), "op");
   ExpectCleanFailure(fmt::format("run --shape 4,4,4 --threads -2"), "threads");
   ExpectCleanFailure("run", "shape");
-  ExpectCleanFailure("no-such-command", "subcommand");
+  ExpectCleanFailure("no-such-command", "unknown command 'no-such-command'; the commands are: device, inspect");
+  ExpectCleanFailure("", "a command is required: device, inspect");
   ExpectCleanFailure(fmt::format("pack '{}'", d_ / "good.json"), "out");
   ExpectCleanFailure("misses", "REPORT");
 }

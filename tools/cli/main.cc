@@ -1,5 +1,6 @@
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include <fmt/format.h>
 #include <spdlog/cfg/env.h>
@@ -41,6 +42,19 @@ int main(int argc, char** argv) {
   AddTuneCommand(app);
   AddMergeCommand(app);
 #endif
+  // CLI11 reports an unknown command as a missing one: name it and list the commands.
+  std::string commands;
+  bool known = false;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    commands += (commands.empty() ? "" : ", ") + sub->get_name();
+    known = known || (argc > 1 && sub->check_name(argv[1]));
+  }
+  if (argc == 1 || (argv[1][0] != '-' && !known)) {
+    if (argc == 1) fmt::print(stderr, "cliffguard: a command is required: {}\n", commands);
+    else fmt::print(stderr, "cliffguard: unknown command '{}'; the commands are: {}\n", argv[1], commands);
+    fmt::print(stderr, "Run with --help for more information.\n");
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
