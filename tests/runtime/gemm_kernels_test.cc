@@ -1,6 +1,9 @@
 // Correctness of the CPU fp32 GEMM kernel family. One gtest suite per variant of
 // runtime/kernels/cpu/gemm_f32.inc, named like the variant (STYLE H1/H2); suites
 // skip on hosts without the variant's ISA (STYLE H5).
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <fstream>
 #include <random>
@@ -303,6 +306,36 @@ TEST(CpuGemmTable, DefaultScheduleResolvesAndRuns) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_4x4__scalar");
   GemmTester().shape(33, 65, 17).beta(1.0f).Test(*s);
+}
+
+// A serving process may run kernels on several threads and then fork (pre-forked
+// workers): the child has none of the parent's pool threads and must not wait for
+// them. The child reports through its exit status; an alarm turns a hang into a
+// failure.
+TEST(CpuGemmThreads, SeveralThreadsWorkInAChildOfFork) {
+  if (Host().threads < 2) GTEST_SKIP() << "needs 2 threads, the host budget is " << Host().threads;
+  const OpKey key = OpKey::Gemm(96, 80, 64);
+  auto s = DefaultSchedule(key, Host());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Schedule two = *s;
+  two.params[s->variant->ParamIndex("threads")] = 2;
+  ASSERT_TRUE(CheckSchedule(two, key, Host()).ok());
+  const GemmTester tester = GemmTester().shape(96, 80, 64).beta(0.5f);
+  ASSERT_TRUE(tester.Test(two));  // starts the parent's pool workers
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::alarm(30);
+    bool ok = true;
+    for (int i = 0; i < 3; ++i) ok = ok && tester.Test(two);
+    ::_exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status)) << "child ended by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0)
+                                 << " (SIGALRM: it hung waiting for the parent's pool threads)";
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0);
+  EXPECT_TRUE(tester.Test(two));  // and the parent's pool still works
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "kernels/cpu/thread_pool.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <system_error>
 
@@ -25,11 +27,29 @@ void SpinStep(int i) {
 constexpr uint64_t Seq(uint64_t word) { return word >> 16; }
 constexpr int Count(uint64_t word) { return static_cast<int>(word & 0xffff); }
 
+// The process-wide pool. A child of fork() has none of the parent's worker threads:
+// the child handler drops the parent's pool (leaked on purpose: destroying it would
+// join threads that do not exist in the child) and the child's first call creates
+// its own.
+std::atomic<ThreadPool*> g_pool{nullptr};
+
+void ForgetPoolInChild() { g_pool.store(nullptr, std::memory_order_relaxed); }
+
+struct PoolReaper {
+  PoolReaper() { pthread_atfork(nullptr, nullptr, ForgetPoolInChild); }
+  ~PoolReaper() { delete g_pool.exchange(nullptr); }  // joins the workers at exit
+};
+
 }  // namespace
 
 ThreadPool& ThreadPool::Global() {
-  static ThreadPool pool;
-  return pool;
+  static PoolReaper reaper;
+  ThreadPool* p = g_pool.load(std::memory_order_acquire);
+  if (p) [[likely]] return *p;
+  auto* fresh = new ThreadPool();
+  if (g_pool.compare_exchange_strong(p, fresh, std::memory_order_acq_rel)) return *fresh;
+  delete fresh;
+  return *p;
 }
 
 ThreadPool::~ThreadPool() {

@@ -7,7 +7,9 @@
 // Threads: workers are created lazily the first time a call asks for more of them
 // than exist, and are then reused for every later call (no thread creation per
 // call after warm-up). They are joined when the process-wide pool is destroyed at
-// exit. Idle workers poll briefly (pause, then yield, to catch back-to-back calls
+// exit. A child of fork() starts with a pool of its own (the parent's workers do not
+// exist there), so kernels may run on several threads before and after a fork, as
+// long as no other thread of the parent was inside a kernel at the fork. Idle workers poll briefly (pause, then yield, to catch back-to-back calls
 // cheaply without starving other threads on a busy host), then block on a
 // condition variable.
 //
