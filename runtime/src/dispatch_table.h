@@ -1,6 +1,7 @@
 // Internal: the immutable dispatch table built from the loaded bundles.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -70,9 +71,8 @@ class DispatchTable {
   // the table have zero unused dimensions (OpKey::Validate), so comparing the gemm
   // fields is key equality.
   const TableEntry* FindGemm(const GemmArgs& a, uint64_t hash) const {
-    const unsigned char want[4] = {static_cast<unsigned char>(OpKind::kGemm), static_cast<unsigned char>(a.dtype),
-                                   a.trans_a, a.trans_b};
-    const uint32_t head = HeadWord(want);
+    const uint32_t head = static_cast<uint32_t>(OpKind::kGemm) | (static_cast<uint32_t>(a.dtype) << 8) |
+                          (static_cast<uint32_t>(a.trans_a) << 16) | (static_cast<uint32_t>(a.trans_b) << 24);
     return Probe(hash, [&](const OpKey& k) {
       return ((k.dims[0] ^ a.m) | (k.dims[1] ^ a.n) | (k.dims[2] ^ a.k)) == 0 &&
              HeadWord(reinterpret_cast<const unsigned char*>(&k)) == head;
@@ -93,10 +93,12 @@ class DispatchTable {
   }
 
  private:
-  // A key's op, dtype, trans_a and trans_b as one word: one compare instead of four.
+  // A key's op, dtype, trans_a and trans_b as one word (op in the lowest byte, as
+  // KeyHeaderHash builds it): one compare instead of four.
   static uint32_t HeadWord(const unsigned char* bytes) {
     static_assert(offsetof(OpKey, op) == 0 && offsetof(OpKey, dtype) == 1 && offsetof(OpKey, trans_a) == 2 &&
                   offsetof(OpKey, trans_b) == 3);
+    static_assert(std::endian::native == std::endian::little);
     uint32_t w;
     std::memcpy(&w, bytes, sizeof w);
     return w;

@@ -61,8 +61,11 @@ struct LocalSlots {
 };
 thread_local LocalSlots t_slots;
 // The last slot used, trivially destructible so that the hit path reads it directly.
-thread_local uint64_t t_last_id = 0;
-thread_local ThreadSlot* t_last_slot = nullptr;
+struct LastSlot {
+  uint64_t id = 0;
+  ThreadSlot* slot = nullptr;
+};
+thread_local LastSlot t_last;
 
 // Argument checks for a call whose key is known valid (a table entry's or a plan's):
 // that key's leading-dimension bounds (ValidateGemmArgs' rule) and pointers.
@@ -117,7 +120,8 @@ struct Runtime::Impl {
   MissLog misses;
 
   ThreadSlot* LocalSlot() {
-    if (t_last_id == id) [[likely]] return t_last_slot;
+    const LastSlot& last = t_last;  // one thread-pointer read for both fields
+    if (last.id == id) [[likely]] return last.slot;
     return LocalSlotSlow();
   }
 
@@ -130,8 +134,7 @@ struct Runtime::Impl {
     }
     for (auto& [rid, slot] : t_slots.all) {
       if (rid == id) {
-        t_last_id = id;
-        t_last_slot = slot;
+        t_last = {id, slot};
         return slot;
       }
     }
@@ -152,8 +155,7 @@ struct Runtime::Impl {
       }
     }
     t_slots.all.emplace_back(id, slot);
-    t_last_id = id;
-    t_last_slot = slot;
+    t_last = {id, slot};
     return slot;
   }
 

@@ -101,9 +101,11 @@ inline constexpr uint64_t kKeyMul[OpKey::kMaxDims + 1] = {
     0x9e3779b97f4a7c15ULL, 0xc2b2ae3d27d4eb4fULL, 0x165667b19e3779f9ULL, 0xd6e8feb86659fd93ULL,
     0xff51afd7ed558ccdULL, 0xc4ceb9fe1a85ec53ULL, 0x94d049bb133111ebULL, 0xbf58476d1ce4e5b9ULL,
     0x2545f4914f6cdd1dULL, 0x9fb21c651e98df25ULL, 0xa0761d6478bd642fULL, 0xe7037ed1a0b428dbULL};
+// The four header bytes in field order (op lowest): the same word the dispatch table
+// compares, so the hot path builds it once.
 inline uint64_t KeyHeaderHash(OpKind op, DType dtype, bool trans_a, bool trans_b) {
-  return ((static_cast<uint64_t>(op) << 24) | (static_cast<uint64_t>(dtype) << 16) |
-          (static_cast<uint64_t>(trans_a) << 8) | static_cast<uint64_t>(trans_b)) * kKeyMul[OpKey::kMaxDims];
+  return (static_cast<uint64_t>(op) | (static_cast<uint64_t>(dtype) << 8) | (static_cast<uint64_t>(trans_a) << 16) |
+          (static_cast<uint64_t>(trans_b) << 24)) * kKeyMul[OpKey::kMaxDims];
 }
 }  // namespace detail
 
