@@ -21,3 +21,17 @@ for key in sorted(rows, key=lambda k: (k[3], k[0], k[1], k[2])):
     f = lambda x: f"{x:.1f}" if x else "-"
     ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"
     print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {f(t)} | {f(d)} | {f(o)} | {ratio(t, d)} | {ratio(t, o)} |")
+
+# Geometric means over the shapes, per thread count (the issue's "at least 1.0x
+# OpenBLAS in geometric mean over the inference shapes").
+import math
+print()
+print("| threads | shapes | geomean tuned/default | geomean tuned/OpenBLAS |")
+print("|---|---|---|---|")
+for threads in sorted({k[3] for k in rows}):
+    rs = [rows[k] for k in rows if k[3] == threads and all(rows[k].get(x) for x in ("tuned", "default", "openblas"))]
+    if not rs:
+        continue
+    gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))
+    print(f"| {threads} | {len(rs)} | {gm([r['tuned'] / r['default'] for r in rs]):.2f} | "
+          f"{gm([r['tuned'] / r['openblas'] for r in rs]):.2f} |")

@@ -2,6 +2,7 @@
 // every strategy fills a bundle that hits; in-process resume; option errors.
 #include "cliffguard/tuner/tuner.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -116,6 +117,38 @@ TEST(TunerTest, EveryStrategyFillsABundleThatHits) {
     std::remove(log.c_str());
     std::remove(out.c_str());
   }
+}
+
+// The noise rule: a re-measured group always includes the default schedule, and the
+// summary's default_us and tuned_us are that interleaved measurement's medians.
+TEST(TunerTest, TheDefaultIsReMeasuredWithEveryTieGroup) {
+  const std::string log = TempPath("ties.jsonl");
+  TunerOptions o = Fast({OpKey::Gemm(48, 64, 32)}, "random", 8, log);
+  o.tie_tolerance = 0.5;  // nearly every candidate ties
+  o.tie_max = 2;          // and the group is full before the default's rank is reached
+  o.bundle_default = false;
+  auto res = Tune(o);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  auto contents = ReadTuningLog(log);
+  ASSERT_TRUE(contents.ok()) << contents.status().ToString();
+  NamedSchedule def;
+  std::vector<LogRecord> re;
+  for (const auto& r : contents->records) {
+    if (r.kind == RecordKind::kDefault) def = r.schedule;
+    if (r.kind == RecordKind::kRemeasure) re.push_back(r);
+  }
+  ASSERT_FALSE(def.variant.empty());
+  ASSERT_GE(re.size(), 2u) << "no tie group was re-measured";
+  const auto d = std::find_if(re.begin(), re.end(), [&](const LogRecord& r) { return r.schedule == def; });
+  ASSERT_NE(d, re.end()) << "the default was not re-measured with the group";
+  EXPECT_LE(re.size(), 3u);  // tie_max candidates plus the default
+  const KeySummary& s = res->summaries[0];
+  EXPECT_DOUBLE_EQ(s.default_us, d->median_us);
+  double fastest = d->median_us;
+  for (const auto& r : re)
+    if (r.ok) fastest = std::min(fastest, r.median_us);
+  EXPECT_DOUBLE_EQ(s.tuned_us, fastest);
+  std::remove(log.c_str());
 }
 
 TEST(TunerTest, ResumeContinuesWithoutRepeatingAndExistingLogIsRefused) {

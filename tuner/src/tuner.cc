@@ -353,6 +353,12 @@ StatusOr<TuneResult> Tune(const TunerOptions& o) {
       for (const auto& [t, s] : ranked)
         if (t <= ranked[0].first * (1 + o.tie_tolerance) && static_cast<int>(group.size()) < std::max(1, o.tie_max))
           group.push_back(s);
+      // A re-measured group is slower than its first measurements (the fastest of many
+      // noisy medians is optimistic): the default joins it, whatever its rank, so
+      // tuned_us and default_us come from the same interleaved measurement and a
+      // default that is really as fast wins.
+      if (group.size() > 1 && ks.def && ks.def->ok && std::find(group.begin(), group.end(), ks.def->schedule) == group.end())
+        group.push_back(ks.def->schedule);
       out.has_best = true;
       out.best = ranked[0].second;
       out.tuned_us = ranked[0].first;

@@ -13,7 +13,9 @@
 //      within tie_tolerance (3%) of the fastest, at most tie_max of them, is
 //      re-measured together, interleaved over several rounds with more calls
 //      ("remeasure" records), and the re-measured medians decide the winner and its
-//      tuned_us. A lone leader is not re-measured.
+//      tuned_us. The default schedule joins every re-measured group (beyond
+//      tie_max), so default_us comes from the same measurement. A lone leader is not
+//      re-measured.
 // Then, per op, the bundle default (bundle_writer.h rule): candidates are the
 // top default_candidates schedules of every tuned key; each candidate's time on
 // each other shape comes from the log or is measured now ("cross" records).
