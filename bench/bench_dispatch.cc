@@ -3,8 +3,10 @@
 // FasterTransformer's cublasAlgoMap) and a std::unordered_map behind a mutex.
 //
 // Every benchmark runs the same 1x1x1 GEMM kernel with the same schedule, so the
-// dispatch overhead of a method is its time minus BM_kernel_direct's, in one run.
+// dispatch overhead of a method is its time minus BM_kernel_direct's, in one run;
+// the BM_interleaved_* benchmarks take that difference inside one loop.
 // Also: loading and verifying a 100,000-entry bundle.
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <string>
@@ -161,6 +163,79 @@ BENCHMARK(BM_kernel_direct_miss)->Threads(1)->Threads(2);
 BENCHMARK(BM_miss_cliffguard)->Threads(1)->Threads(2);
 BENCHMARK(BM_miss_map_mutex)->Threads(1)->Threads(2);
 BENCHMARK(BM_miss_unordered_map_mutex)->Threads(1)->Threads(2);
+
+// The same overheads measured in one loop: each iteration times a block of calls
+// through the method, then a block of direct RunGemm calls of the schedule the method
+// runs, so drift of a shared machine (frequency, neighbours) affects both alike.
+// Counters, per call: method_ns, direct_ns and overhead_ns = method_ns - direct_ns.
+constexpr int kBlock = 256;
+
+template <typename Dispatch>
+void Interleaved(benchmark::State& state, const Schedule& direct, const GemmArgs& a, Dispatch&& dispatch) {
+  using clock = std::chrono::steady_clock;
+  double method_ns = 0, direct_ns = 0;
+  int64_t calls = 0;
+  for (auto _ : state) {
+    const auto t0 = clock::now();
+    for (int i = 0; i < kBlock; ++i) benchmark::DoNotOptimize(dispatch());
+    const auto t1 = clock::now();
+    for (int i = 0; i < kBlock; ++i) benchmark::DoNotOptimize(RunGemm(direct, a));
+    const auto t2 = clock::now();
+    benchmark::ClobberMemory();
+    method_ns += std::chrono::duration<double, std::nano>(t1 - t0).count();
+    direct_ns += std::chrono::duration<double, std::nano>(t2 - t1).count();
+    calls += kBlock;
+  }
+  const auto avg = benchmark::Counter::kAvgThreads;
+  state.counters["method_ns"] = benchmark::Counter(method_ns / double(calls), avg);
+  state.counters["direct_ns"] = benchmark::Counter(direct_ns / double(calls), avg);
+  state.counters["overhead_ns"] = benchmark::Counter((method_ns - direct_ns) / double(calls), avg);
+}
+
+Status MapCall(const std::map<std::string, Schedule>& map, const GemmArgs& a, const Schedule& fallback) {
+  Schedule s;
+  {
+    std::lock_guard<std::mutex> lock(F().mu);
+    auto it = map.find(fmt::format("{}_{}_{}_{}_{}", a.m, a.n, a.k, int(a.trans_a), int(a.trans_b)));
+    s = it == map.end() ? fallback : it->second;
+  }
+  return RunGemm(s, a);
+}
+
+void BM_interleaved_hit_cliffguard(benchmark::State& state) {
+  Operands o;
+  const GemmArgs a = o.Args(kHitKey);
+  Runtime& rt = *F().rt;
+  Interleaved(state, F().hit_schedule, a, [&] { return rt.Gemm(a); });
+}
+void BM_interleaved_hit_cliffguard_plan(benchmark::State& state) {
+  Operands o;
+  const GemmArgs a = o.Args(kHitKey);
+  const GemmPlan plan = F().rt->PlanGemm(kHitKey).value();
+  Interleaved(state, F().hit_schedule, a, [&] { return plan.Run(o.a, 1, o.b, 1, o.c, 1); });
+}
+void BM_interleaved_hit_map_mutex(benchmark::State& state) {
+  Operands o;
+  const GemmArgs a = o.Args(kHitKey);
+  Interleaved(state, F().hit_schedule, a, [&] { return MapCall(F().map, a, F().miss_schedule); });
+}
+void BM_interleaved_miss_cliffguard(benchmark::State& state) {
+  Operands o;
+  const GemmArgs a = o.Args(kMissKey);
+  Runtime& rt = *F().rt;
+  (void)rt.Gemm(a);
+  Interleaved(state, F().miss_schedule, a, [&] { return rt.Gemm(a); });
+}
+void BM_interleaved_miss_map_mutex(benchmark::State& state) {
+  Operands o;
+  const GemmArgs a = o.Args(kMissKey);
+  Interleaved(state, F().miss_schedule, a, [&] { return MapCall(F().map, a, F().miss_schedule); });
+}
+BENCHMARK(BM_interleaved_hit_cliffguard)->Threads(1)->Threads(2);
+BENCHMARK(BM_interleaved_hit_cliffguard_plan)->Threads(1)->Threads(2);
+BENCHMARK(BM_interleaved_hit_map_mutex)->Threads(1)->Threads(2);
+BENCHMARK(BM_interleaved_miss_cliffguard)->Threads(1)->Threads(2);
+BENCHMARK(BM_interleaved_miss_map_mutex)->Threads(1)->Threads(2);
 
 void BM_load_bundle_100k_entries(benchmark::State& state) {
   const DeviceInfo dev = F().rt->device();

@@ -88,6 +88,12 @@ inline bool GemmArgsLookValid(const GemmArgs& a) {
          (a.c != nullptr) & !oa & !ob & !oc & (ea <= kMaxElems) & (eb <= kMaxElems) & (ec <= kMaxElems);
 }
 
+// Out of line so that the hit paths keep a small frame.
+[[gnu::noinline, gnu::cold]] Status InvalidGemmArgs(const GemmArgs& a) {
+  CG_RETURN_IF_ERROR(ValidateGemmArgs(a));
+  return InvalidArgument(fmt::format("gemm: arguments m={} n={} k={} are too large", a.m, a.n, a.k));
+}
+
 struct LoadedBundle {
   LoadReport report;
   ResolvedBundle resolved;  // empty when the device does not match
@@ -347,8 +353,22 @@ struct Runtime::Impl {
     return m;
   }
 
-  [[gnu::noinline]] Status MissGemm(ThreadSlot* s, const GemmArgs& a, uint64_t hash, const DispatchTable* t,
-                                    const TableEntry* found) {
+  // Runtime::Gemm after its fast path: the thread's first call on a new table, a
+  // hit with bad arguments, or a miss.
+  [[gnu::noinline]] Status GemmSlow(ThreadSlot* s, const GemmArgs& a, uint64_t hash) {
+    const DispatchTable* t = table.load(std::memory_order_acquire);
+    if (t != s->table.load(std::memory_order_relaxed)) t = SwitchTable(s);
+    const TableEntry* e = t->FindGemm(a, hash);
+    if (e && !e->rejected && KnownKeyArgsValid(a, e->ld)) {
+      std::atomic<uint64_t>& c = s->hits[e->index];
+      c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      return RunGemm(e->schedule, a);
+    }
+    if (!GemmArgsLookValid(a)) [[unlikely]] return InvalidGemmArgs(a);
+    return MissGemm(s, a, hash, t, e);
+  }
+
+  Status MissGemm(ThreadSlot* s, const GemmArgs& a, uint64_t hash, const DispatchTable* t, const TableEntry* found) {
     const OpKey key = GemmKeyOf(a);
     ThreadSlot::MissCacheLine& line = s->miss_cache[hash >> 60];  // 16 lines, high bits (OpKey::Hash)
     if (!(line.entry && line.hash == hash && line.generation == t->generation() && line.entry->key == key)) {
@@ -478,30 +498,24 @@ void Runtime::UnloadAll() {
   impl_->RebuildLocked();
 }
 
-namespace {
-// Out of line so that the hit path keeps a small frame.
-[[gnu::noinline, gnu::cold]] Status InvalidGemmArgs(const GemmArgs& a) {
-  CG_RETURN_IF_ERROR(ValidateGemmArgs(a));
-  return InvalidArgument(fmt::format("gemm: arguments m={} n={} k={} are too large", a.m, a.n, a.k));
-}
-}  // namespace
 
 Status Runtime::Gemm(const GemmArgs& a) {
   Impl& r = *impl_;
   // Look up first: a key found in the table is a valid key, so a hit only checks
-  // the leading dimensions and pointers. Everything else validates fully.
+  // the leading dimensions and pointers. The hit path ends in a tail call; anything
+  // else (a new table for this thread, a miss, bad arguments) goes to GemmSlow.
   const uint64_t hash = GemmKeyHash(a.dtype, a.trans_a, a.trans_b, a.m, a.n, a.k);
   ThreadSlot* s = r.LocalSlot();
   const DispatchTable* t = r.table.load(std::memory_order_acquire);
-  if (t != s->table.load(std::memory_order_relaxed)) [[unlikely]] t = r.SwitchTable(s);
-  const TableEntry* e = t->FindGemm(a, hash);
-  if (e && !e->rejected && KnownKeyArgsValid(a, e->ld)) [[likely]] {
-    std::atomic<uint64_t>& c = s->hits[e->index];
-    c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    return RunGemm(e->schedule, a);
+  if (t == s->table.load(std::memory_order_relaxed)) [[likely]] {
+    const TableEntry* e = t->FindGemm(a, hash);
+    if (e && !e->rejected && KnownKeyArgsValid(a, e->ld)) [[likely]] {
+      std::atomic<uint64_t>& c = s->hits[e->index];
+      c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      return RunGemm(e->schedule, a);
+    }
   }
-  if (!GemmArgsLookValid(a)) [[unlikely]] return InvalidGemmArgs(a);
-  return r.MissGemm(s, a, hash, t, e);
+  return r.GemmSlow(s, a, hash);
 }
 
 StatusOr<Runtime::Resolution> Runtime::Resolve(const OpKey& key) const {
