@@ -238,8 +238,10 @@ StatusOr<BundleSpec> ParseBundle(std::span<const uint8_t> bytes, std::string_vie
     for (flatbuffers::uoffset_t i = 0; i < b->entries()->size(); ++i) {
       const fb::Entry* e = b->entries()->Get(i);
       auto key = ReadKey(e->key());
-      if (!key.ok())
-        return DataLoss(fmt::format("bundle '{}': entry {}: {}", source, i, key.status().message()));
+      if (!key.ok()) {
+        spec.unreadable.push_back({fmt::format("entry {}", i), std::string(key.status().message())});
+        continue;
+      }
       BundleEntry out;
       out.key = *key;
       out.schedule = ReadSchedule(e->schedule());
@@ -252,9 +254,15 @@ StatusOr<BundleSpec> ParseBundle(std::span<const uint8_t> bytes, std::string_vie
     }
   }
   if (b->defaults()) {
-    for (const fb::OpDefault* d : *b->defaults()) {
+    for (flatbuffers::uoffset_t i = 0; i < b->defaults()->size(); ++i) {
+      const fb::OpDefault* d = b->defaults()->Get(i);
       const auto op = static_cast<uint8_t>(d->op()), dt = static_cast<uint8_t>(d->dtype());
-      if (op > 1 || dt > 2) return DataLoss(fmt::format("bundle '{}': op default has unknown op {} or dtype {}", source, op, dt));
+      if (op > static_cast<uint8_t>(OpKind::kConv2d) || dt > static_cast<uint8_t>(DType::kBF16)) {
+        spec.unreadable.push_back({fmt::format("op default {}", i),
+                                   op > static_cast<uint8_t>(OpKind::kConv2d) ? fmt::format("op kind {} is unknown", op)
+                                                                              : fmt::format("dtype {} is unknown", dt)});
+        continue;
+      }
       spec.defaults.push_back({static_cast<OpKind>(op), static_cast<DType>(dt), ReadSchedule(d->schedule())});
     }
   }

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -225,6 +226,81 @@ TEST(Bundle, LoadsFromABufferThatIsNotEightAligned) {
   ASSERT_TRUE(rep.ok()) << rep.status().ToString();
   EXPECT_EQ(rep->entries_loaded, 2u);
   EXPECT_TRUE((*rt)->Resolve(spec.entries[0].key)->hit);
+}
+
+// A bundle written by a newer producer: entry 1 has a dtype this build does not know,
+// op default 0 an op kind it does not know. Entry 0 and op default 1 are fine.
+std::vector<uint8_t> BundleFromANewerProducer(const DeviceInfo& host, const OpKey& good) {
+  const NamedSchedule sched = ToNamed(*DefaultSchedule(good, host));
+  flatbuffers::FlatBufferBuilder fbb;
+  auto schedule = [&] {
+    std::vector<flatbuffers::Offset<fb::Param>> params;
+    for (const auto& [name, value] : sched.params) params.push_back(fb::CreateParam(fbb, fbb.CreateString(name), value));
+    return fb::CreateSchedule(fbb, fbb.CreateString(sched.variant), fbb.CreateVector(params));
+  };
+  auto key = [&](uint8_t dtype) {
+    std::vector<int64_t> shape(good.dims.begin(), good.dims.begin() + 3);
+    return fb::CreateOpKey(fbb, fb::OpKind::gemm, static_cast<fb::DType>(dtype), false, false, fbb.CreateVector(shape));
+  };
+  std::vector<flatbuffers::Offset<fb::Entry>> entries{fb::CreateEntry(fbb, key(0), schedule(), 10.0, 20.0, 3),
+                                                      fb::CreateEntry(fbb, key(7), schedule(), 10.0, 20.0, 3)};
+  std::vector<flatbuffers::Offset<fb::OpDefault>> defaults{
+      fb::CreateOpDefault(fbb, static_cast<fb::OpKind>(9), fb::DType::f32, schedule()),
+      fb::CreateOpDefault(fbb, fb::OpKind::gemm, fb::DType::f32, schedule())};
+  auto device = fb::CreateDevice(fbb, fb::Backend::cpu, 0, 0, fbb.CreateString(host.arch), 0,
+                                 fbb.CreateString(host.fingerprint));
+  fb::FinishBundleBuffer(fbb, fb::CreateBundle(fbb, kBundleSchemaVersion, 0, 0, 0, device, fbb.CreateVector(entries),
+                                               fbb.CreateVector(defaults)));
+  return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
+}
+
+TEST(Bundle, EntriesFromANewerProducerAreListedAndTheRestIsRead) {
+  const DeviceInfo host = HostCpuDevice();
+  const OpKey good = OpKey::Gemm(40, 24, 8);
+  const auto bytes = BundleFromANewerProducer(host, good);
+  auto spec = ParseBundle(bytes, "newer-producer");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_EQ(spec->entries.size(), 1u);
+  EXPECT_EQ(spec->entries[0].key, good);
+  ASSERT_EQ(spec->defaults.size(), 1u);
+  ASSERT_EQ(spec->unreadable.size(), 2u);
+  EXPECT_EQ(spec->unreadable[0].where, "entry 1");
+  EXPECT_NE(spec->unreadable[0].reason.find("dtype 7 is unknown"), std::string::npos) << spec->unreadable[0].reason;
+  EXPECT_EQ(spec->unreadable[1].where, "op default 0");
+  EXPECT_EQ(spec->unreadable[1].reason, "op kind 9 is unknown");
+  // Never written back.
+  auto again = ParseBundle(SerializeBundle(*spec), "again");
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->unreadable.empty());
+
+  // The runtime loads the readable entry and rejects the other.
+  auto rt = Runtime::Create({.threads = 0, .miss_report_path = "", .warn_on_miss = false});
+  ASSERT_TRUE(rt.ok());
+  auto rep = (*rt)->LoadBundleBuffer(bytes, "newer-producer");
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->entries_loaded, 1u);
+  EXPECT_TRUE((*rt)->Resolve(good)->hit);
+
+  // The CLI shows what it cannot read, and never drops it silently.
+  TempFile f("newer.cgb"), merged("newer_merged.cgb");
+  ASSERT_TRUE(WriteFileAtomic(f.path, bytes).ok());
+  int rc = -1;
+  std::string out = RunCli("inspect " + f.path, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("unreadable   2"), std::string::npos) << out;
+  EXPECT_NE(out.find("entry 1: dtype 7 is unknown"), std::string::npos) << out;
+  EXPECT_NE(out.find("op default 0: op kind 9 is unknown"), std::string::npos) << out;
+  out = RunCli("inspect --json " + f.path, &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("entry 1 is not in the JSON form"), std::string::npos) << out;
+  out = RunCli("inspect --validate " + f.path, &rc);
+  EXPECT_EQ(rc, 1) << out;
+  if (RunCli("merge --help", &rc); rc == 0) {  // merge is part of the tuner build
+    out = RunCli("merge " + f.path + " -o " + merged.path, &rc);
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_NE(out.find("2 entries this build cannot read"), std::string::npos) << out;
+    EXPECT_FALSE(std::filesystem::exists(merged.path));
+  }
 }
 
 TEST(Bundle, AnotherDevicesBundleIsNotApplied) {

@@ -64,6 +64,17 @@ void AddInspectCommand(CLI::App& app) {
                fmt::format("{:.1f}", gflops), fmt::format("{}", e.trials), FormatSchedule(e.schedule)});
       }
       fmt::print("{}", t.Render());
+      if (!b.unreadable.empty()) {
+        fmt::print("\nunreadable   {} (this build cannot decode them; a runtime rejects them at load)\n",
+                   b.unreadable.size());
+        for (const auto& u : b.unreadable) fmt::print("  {}: {}\n", u.where, u.reason);
+      }
+    }
+    // The JSON form is what pack reads: entries left out of it must not pass silently.
+    if (opts->json && !spec->unreadable.empty()) {
+      for (const auto& u : spec->unreadable)
+        fmt::print(stderr, "cliffguard inspect: {} is not in the JSON form: {}\n", u.where, u.reason);
+      throw CLI::RuntimeError(1);
     }
     if (opts->validate) {
       const DeviceInfo host = HostCpuDevice(spec->device.threads > 0 ? spec->device.threads : 0);
@@ -75,7 +86,8 @@ void AddInspectCommand(CLI::App& app) {
       if (spec->device.fingerprint != host.fingerprint)
         fmt::print(stderr, "note: bundle device '{}' is not this host '{}': a runtime here treats it as a device miss\n",
                    spec->device.fingerprint, host.fingerprint);
-      if (!r.rejected.empty() || !r.rejected_defaults.empty()) throw CLI::RuntimeError(1);
+      for (const auto& u : spec->unreadable) fmt::print(stderr, "rejected (unreadable): {}: {}\n", u.where, u.reason);
+      if (!r.rejected.empty() || !r.rejected_defaults.empty() || !spec->unreadable.empty()) throw CLI::RuntimeError(1);
     }
   });
 }

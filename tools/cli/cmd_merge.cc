@@ -26,6 +26,11 @@ void AddMergeCommand(CLI::App& app) {
     for (const auto& path : o->inputs) {
       auto s = ReadBundleFile(path);
       ExitIfError(s.status(), "merge");
+      if (!s->unreadable.empty())
+        Fail("merge", fmt::format("bundle '{}': {} entries this build cannot read ({}: {}); merging would drop them: "
+                                  "merge with a cliffguard that reads them",
+                                  path, s->unreadable.size(), s->unreadable[0].where, s->unreadable[0].reason),
+             1);
       specs.push_back(std::move(*s));
     }
     auto merged = tuner::MergeBundles(specs, o->inputs, static_cast<uint64_t>(tuner::UnixNow()));

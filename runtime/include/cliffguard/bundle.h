@@ -51,6 +51,14 @@ struct BundleOpDefault {
   NamedSchedule schedule;
 };
 
+// An entry or op default that ParseBundle could not decode: an op kind or dtype
+// this build does not know (written by a newer producer), or a malformed key. The
+// runtime rejects the same entries one by one when it loads the file.
+struct UnreadableEntry {
+  std::string where;   // "entry 5", "op default 1"
+  std::string reason;  // names the value and the rule
+};
+
 struct BundleSpec {
   uint32_t schema_version = kBundleSchemaVersion;
   std::string producer = "cliffguard";
@@ -61,6 +69,7 @@ struct BundleSpec {
   std::vector<BundleOpDefault> defaults;
   std::string cost_model_format;  // "" when there is no cost model
   std::vector<uint8_t> cost_model;
+  std::vector<UnreadableEntry> unreadable;  // filled by ParseBundle; never written
 };
 
 const char* CliffguardVersion();  // "0.1.0"
@@ -69,7 +78,8 @@ const char* CliffguardVersion();  // "0.1.0"
 std::vector<uint8_t> SerializeBundle(const BundleSpec& spec);
 
 // Verifies and decodes a buffer. Errors (kDataLoss for corrupt or truncated data,
-// kFailedPrecondition for a newer schema) name the source and the rule.
+// kFailedPrecondition for a newer schema) name the source and the rule. Entries and
+// op defaults it cannot decode are listed in `unreadable`, the rest are returned.
 StatusOr<BundleSpec> ParseBundle(std::span<const uint8_t> bytes, std::string_view source = "buffer");
 
 // Reads a whole file with size checks (missing, directory, empty, > kMaxBundleBytes).
