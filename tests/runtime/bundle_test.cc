@@ -161,6 +161,26 @@ TEST(Bundle, RejectsBadEntriesAndKeepsTheGoodOnes) {
   EXPECT_EQ((*rt)->Resolve(OpKey::Gemm(13, 13, 13))->miss_kind, MissKind::kShapeMiss);
 }
 
+// A fresh runtime loads `bytes`: `loaded` entries load and `key` is a hit.
+void ExpectRuntimeLoads(std::span<const uint8_t> bytes, size_t loaded, const OpKey& key) {
+  auto rt = Runtime::Create({.threads = 0, .miss_report_path = "", .warn_on_miss = false});
+  ASSERT_TRUE(rt.ok());
+  auto rep = (*rt)->LoadBundleBuffer(bytes, "test");
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->entries_loaded, loaded);
+  EXPECT_TRUE((*rt)->Resolve(key)->hit) << key.ToString();
+}
+
+// Pieces of hand-built bundles, for files SerializeBundle never writes.
+flatbuffers::Offset<fb::Schedule> RawSchedule(flatbuffers::FlatBufferBuilder& fbb, const NamedSchedule& s) {
+  std::vector<flatbuffers::Offset<fb::Param>> params;
+  for (const auto& [name, value] : s.params) params.push_back(fb::CreateParam(fbb, fbb.CreateString(name), value));
+  return fb::CreateSchedule(fbb, fbb.CreateString(s.variant), fbb.CreateVector(params));
+}
+flatbuffers::Offset<fb::Device> RawDevice(flatbuffers::FlatBufferBuilder& fbb, const DeviceInfo& d) {
+  return fb::CreateDevice(fbb, fb::Backend::cpu, 0, 0, fbb.CreateString(d.arch), 0, fbb.CreateString(d.fingerprint));
+}
+
 // A bundle for the host with one entry whose [long] shape vector is 4- but not
 // 8-aligned. flatc never writes one; another writer (or a fuzzer) can, and the
 // flatbuffers Verifier only checks the vector's 4-byte length field.
@@ -168,9 +188,7 @@ std::vector<uint8_t> BundleWithMisalignedShape(const DeviceInfo& host, const OpK
   const NamedSchedule sched = ToNamed(*DefaultSchedule(key, host));
   for (int pad = 0; pad < 2; ++pad) {
     flatbuffers::FlatBufferBuilder fbb;
-    std::vector<flatbuffers::Offset<fb::Param>> params;
-    for (const auto& [name, value] : sched.params) params.push_back(fb::CreateParam(fbb, fbb.CreateString(name), value));
-    auto schedule = fb::CreateSchedule(fbb, fbb.CreateString(sched.variant), fbb.CreateVector(params));
+    auto schedule = RawSchedule(fbb, sched);
     if (pad) fbb.CreateVector(std::vector<int32_t>{7});
     // Three int64 values written as six int32 words; the length is patched to 3 below.
     std::vector<int32_t> words;
@@ -178,8 +196,7 @@ std::vector<uint8_t> BundleWithMisalignedShape(const DeviceInfo& host, const OpK
     const flatbuffers::Offset<flatbuffers::Vector<int64_t>> shape(fbb.CreateVector(words).o);
     auto k = fb::CreateOpKey(fbb, fb::OpKind::gemm, fb::DType::f32, false, false, shape);
     auto entry = fb::CreateEntry(fbb, k, schedule, 10.0, 20.0, 3, 1764460800);
-    auto device = fb::CreateDevice(fbb, fb::Backend::cpu, 0, 0, fbb.CreateString(host.arch), 0,
-                                   fbb.CreateString(host.fingerprint));
+    auto device = RawDevice(fbb, host);
     std::vector<flatbuffers::Offset<fb::Entry>> entries{entry};
     fb::FinishBundleBuffer(fbb, fb::CreateBundle(fbb, kBundleSchemaVersion, 0, 0, 0, device, fbb.CreateVector(entries)));
     std::vector<uint8_t> bytes(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
@@ -202,12 +219,7 @@ TEST(Bundle, ReadsEightByteVectorElementsThatAreNotEightAligned) {
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   ASSERT_EQ(spec->entries.size(), 1u);
   EXPECT_EQ(spec->entries[0].key, key);
-  auto rt = Runtime::Create({.threads = 0, .miss_report_path = "", .warn_on_miss = false});
-  ASSERT_TRUE(rt.ok());
-  auto rep = (*rt)->LoadBundleBuffer(bytes, "misaligned");
-  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
-  EXPECT_EQ(rep->entries_loaded, 1u);
-  EXPECT_TRUE((*rt)->Resolve(key)->hit);
+  ExpectRuntimeLoads(bytes, 1, key);
 }
 
 TEST(Bundle, LoadsFromABufferThatIsNotEightAligned) {
@@ -220,12 +232,7 @@ TEST(Bundle, LoadsFromABufferThatIsNotEightAligned) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->entries[1].key, spec.entries[1].key);
   EXPECT_EQ(back->entries[0].tuned_us, spec.entries[0].tuned_us);
-  auto rt = Runtime::Create({.threads = 0, .miss_report_path = "", .warn_on_miss = false});
-  ASSERT_TRUE(rt.ok());
-  auto rep = (*rt)->LoadBundleBuffer(odd, "odd address");
-  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
-  EXPECT_EQ(rep->entries_loaded, 2u);
-  EXPECT_TRUE((*rt)->Resolve(spec.entries[0].key)->hit);
+  ExpectRuntimeLoads(odd, 2, spec.entries[0].key);
 }
 
 // A bundle written by a newer producer: entry 1 has a dtype this build does not know,
@@ -233,11 +240,7 @@ TEST(Bundle, LoadsFromABufferThatIsNotEightAligned) {
 std::vector<uint8_t> BundleFromANewerProducer(const DeviceInfo& host, const OpKey& good) {
   const NamedSchedule sched = ToNamed(*DefaultSchedule(good, host));
   flatbuffers::FlatBufferBuilder fbb;
-  auto schedule = [&] {
-    std::vector<flatbuffers::Offset<fb::Param>> params;
-    for (const auto& [name, value] : sched.params) params.push_back(fb::CreateParam(fbb, fbb.CreateString(name), value));
-    return fb::CreateSchedule(fbb, fbb.CreateString(sched.variant), fbb.CreateVector(params));
-  };
+  auto schedule = [&] { return RawSchedule(fbb, sched); };
   auto key = [&](uint8_t dtype) {
     std::vector<int64_t> shape(good.dims.begin(), good.dims.begin() + 3);
     return fb::CreateOpKey(fbb, fb::OpKind::gemm, static_cast<fb::DType>(dtype), false, false, fbb.CreateVector(shape));
@@ -247,10 +250,8 @@ std::vector<uint8_t> BundleFromANewerProducer(const DeviceInfo& host, const OpKe
   std::vector<flatbuffers::Offset<fb::OpDefault>> defaults{
       fb::CreateOpDefault(fbb, static_cast<fb::OpKind>(9), fb::DType::f32, schedule()),
       fb::CreateOpDefault(fbb, fb::OpKind::gemm, fb::DType::f32, schedule())};
-  auto device = fb::CreateDevice(fbb, fb::Backend::cpu, 0, 0, fbb.CreateString(host.arch), 0,
-                                 fbb.CreateString(host.fingerprint));
-  fb::FinishBundleBuffer(fbb, fb::CreateBundle(fbb, kBundleSchemaVersion, 0, 0, 0, device, fbb.CreateVector(entries),
-                                               fbb.CreateVector(defaults)));
+  fb::FinishBundleBuffer(fbb, fb::CreateBundle(fbb, kBundleSchemaVersion, 0, 0, 0, RawDevice(fbb, host),
+                                               fbb.CreateVector(entries), fbb.CreateVector(defaults)));
   return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
 }
 
@@ -274,12 +275,7 @@ TEST(Bundle, EntriesFromANewerProducerAreListedAndTheRestIsRead) {
   EXPECT_TRUE(again->unreadable.empty());
 
   // The runtime loads the readable entry and rejects the other.
-  auto rt = Runtime::Create({.threads = 0, .miss_report_path = "", .warn_on_miss = false});
-  ASSERT_TRUE(rt.ok());
-  auto rep = (*rt)->LoadBundleBuffer(bytes, "newer-producer");
-  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
-  EXPECT_EQ(rep->entries_loaded, 1u);
-  EXPECT_TRUE((*rt)->Resolve(good)->hit);
+  ExpectRuntimeLoads(bytes, 1, good);
 
   // The CLI shows what it cannot read, and never drops it silently.
   TempFile f("newer.cgb"), merged("newer_merged.cgb");
