@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -382,6 +383,29 @@ StatusOr<BundleSpec> ReadBundleFile(const std::string& path) {
   return ParseBundle(bytes, path);
 }
 
+namespace {
+
+// Gives the unnamed file `fd` (O_TMPFILE) a fresh name beside `path`. AT_EMPTY_PATH
+// needs CAP_DAC_READ_SEARCH; /proc/self/fd works without it.
+StatusOr<std::string> NameUnnamedFile(int fd, const std::string& path) {
+  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  uint64_t r = MixHash64(static_cast<uint64_t>(::getpid()) ^
+                         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  const std::string proc = fmt::format("/proc/self/fd/{}", fd);
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    std::string name = path + ".tmp.";
+    for (int i = 0; i < 6; ++i, r /= 36) name += kChars[r % 36];
+    r = MixHash64(r + attempt + 1);
+    if (::linkat(fd, "", AT_FDCWD, name.c_str(), AT_EMPTY_PATH) == 0) return name;
+    if (errno == EEXIST) continue;
+    if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) return name;
+    if (errno != EEXIST) return IoError(fmt::format("cannot name a temporary file beside '{}': {}", path, std::strerror(errno)));
+  }
+  return IoError(fmt::format("cannot name a temporary file beside '{}': 64 names taken", path));
+}
+
+}  // namespace
+
 Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> bytes) {
   if (path.empty()) return InvalidArgument("output path is empty");
   struct stat st {};
@@ -390,14 +414,22 @@ Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> bytes) 
     // Renaming over a device node or FIFO would replace it: refuse.
     if (!S_ISREG(st.st_mode)) return InvalidArgument(fmt::format("'{}' exists and is not a regular file", path));
   }
-  std::string tmp = path + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(tmp.data());
+  // Preferred: an unnamed file (O_TMPFILE) that gets a name only once it is complete
+  // and on disk, so a crash while writing leaves nothing behind. Filesystems without
+  // O_TMPFILE get a named temporary (mkstemp), which a crash can leave.
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  const bool unnamed = fd >= 0;
+  std::string tmp = unnamed ? fmt::format("an unnamed file in '{}'", dir) : path + ".tmp.XXXXXX";
+  if (!unnamed) fd = ::mkstemp(tmp.data());
   if (fd < 0) return IoError(fmt::format("cannot create a temporary file beside '{}': {}", path, std::strerror(errno)));
   auto fail = [&](const char* what) {
     const int err = errno;
     ::close(fd);
-    ::unlink(tmp.c_str());
-    return IoError(fmt::format("cannot {} '{}': {}; '{}' is unchanged", what, tmp, std::strerror(err), path));
+    if (!unnamed) ::unlink(tmp.c_str());
+    return IoError(fmt::format("cannot {} {}: {}; '{}' is unchanged", what, unnamed ? tmp : "'" + tmp + "'",
+                               std::strerror(err), path));
   };
   size_t done = 0;
   while (done < bytes.size()) {
@@ -408,6 +440,14 @@ Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> bytes) 
   }
   if (::fchmod(fd, 0644) != 0) return fail("chmod");
   if (::fsync(fd) != 0) return fail("fsync");
+  if (unnamed) {
+    auto name = NameUnnamedFile(fd, path);
+    if (!name.ok()) {
+      ::close(fd);
+      return name.status();
+    }
+    tmp = *name;
+  }
   if (::close(fd) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());

@@ -86,9 +86,11 @@ StatusOr<BundleSpec> ParseBundle(std::span<const uint8_t> bytes, std::string_vie
 StatusOr<std::vector<uint8_t>> ReadFileBytes(const std::string& path, int64_t max_bytes = kMaxBundleBytes);
 StatusOr<BundleSpec> ReadBundleFile(const std::string& path);
 
-// Writes atomically: a temporary file in the same directory, fsync, rename. On any
-// failure (disk full, permissions) the destination is untouched and the temporary
-// removed.
+// Writes atomically: an unnamed file in the same directory (O_TMPFILE), fsync, then
+// a name and a rename, so a crash while writing leaves nothing behind. Where the
+// filesystem has no O_TMPFILE, a named temporary (mkstemp) instead, which a crash can
+// leave. On any failure (disk full, permissions) the destination is untouched and no
+// temporary remains.
 Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> bytes);
 Status WriteBundleFile(const std::string& path, const BundleSpec& spec);
 
