@@ -75,6 +75,20 @@ inline bool KnownKeyArgsValid(const GemmArgs& a, const GemmLdBounds& ld) {
          (a.ldc >= ld.lo[2]) & (a.ldc <= ld.hi[2]) & (a.a != nullptr) & (a.b != nullptr) & (a.c != nullptr);
 }
 
+// The entry a call hits (usable, arguments valid for its key), or nullptr; `found`
+// keeps what the probe found, which decides the kind of a miss.
+inline const TableEntry* HitEntry(const DispatchTable& t, const GemmArgs& a, uint64_t hash, const TableEntry*& found) {
+  found = t.FindGemm(a, hash);
+  return found && !found->rejected && KnownKeyArgsValid(a, found->ld) ? found : nullptr;
+}
+
+// Counts a hit in the thread's counter and runs the entry's schedule.
+inline Status RunHit(ThreadSlot* s, const TableEntry& e, const GemmArgs& a) {
+  std::atomic<uint64_t>& c = s->hits[e.index];
+  c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  return RunGemm(e.schedule, a);
+}
+
 // The same rule for any call, dimensions too, without building an error message.
 inline bool GemmArgsLookValid(const GemmArgs& a) {
   constexpr int64_t kMax = int64_t{1} << 31, kMaxElems = int64_t{1} << 40;
@@ -358,14 +372,10 @@ struct Runtime::Impl {
   [[gnu::noinline]] Status GemmSlow(ThreadSlot* s, const GemmArgs& a, uint64_t hash) {
     const DispatchTable* t = table.load(std::memory_order_acquire);
     if (t != s->table.load(std::memory_order_relaxed)) t = SwitchTable(s);
-    const TableEntry* e = t->FindGemm(a, hash);
-    if (e && !e->rejected && KnownKeyArgsValid(a, e->ld)) {
-      std::atomic<uint64_t>& c = s->hits[e->index];
-      c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      return RunGemm(e->schedule, a);
-    }
+    const TableEntry* found;
+    if (const TableEntry* e = HitEntry(*t, a, hash, found)) return RunHit(s, *e, a);
     if (!GemmArgsLookValid(a)) [[unlikely]] return InvalidGemmArgs(a);
-    return MissGemm(s, a, hash, t, e);
+    return MissGemm(s, a, hash, t, found);
   }
 
   Status MissGemm(ThreadSlot* s, const GemmArgs& a, uint64_t hash, const DispatchTable* t, const TableEntry* found) {
@@ -508,12 +518,8 @@ Status Runtime::Gemm(const GemmArgs& a) {
   ThreadSlot* s = r.LocalSlot();
   const DispatchTable* t = r.table.load(std::memory_order_acquire);
   if (t == s->table.load(std::memory_order_relaxed)) [[likely]] {
-    const TableEntry* e = t->FindGemm(a, hash);
-    if (e && !e->rejected && KnownKeyArgsValid(a, e->ld)) [[likely]] {
-      std::atomic<uint64_t>& c = s->hits[e->index];
-      c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      return RunGemm(e->schedule, a);
-    }
+    const TableEntry* found;
+    if (const TableEntry* e = HitEntry(*t, a, hash, found)) [[likely]] return RunHit(s, *e, a);
   }
   return r.GemmSlow(s, a, hash);
 }
