@@ -421,14 +421,17 @@ Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> bytes) 
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
   const bool unnamed = fd >= 0;
-  std::string tmp = unnamed ? fmt::format("an unnamed file in '{}'", dir) : path + ".tmp.XXXXXX";
-  if (!unnamed) fd = ::mkstemp(tmp.data());
+  std::string tmp;  // the temporary's name; empty while the file is unnamed
+  if (!unnamed) {
+    tmp = path + ".tmp.XXXXXX";  // mkstemp's template
+    fd = ::mkstemp(tmp.data());
+  }
   if (fd < 0) return IoError(fmt::format("cannot create a temporary file beside '{}': {}", path, std::strerror(errno)));
   auto fail = [&](const char* what) {
     const int err = errno;
     ::close(fd);
-    if (!unnamed) ::unlink(tmp.c_str());
-    return IoError(fmt::format("cannot {} {}: {}; '{}' is unchanged", what, unnamed ? tmp : "'" + tmp + "'",
+    if (!tmp.empty()) ::unlink(tmp.c_str());
+    return IoError(fmt::format("cannot {} the temporary file beside '{}': {}; '{}' is unchanged", what, path,
                                std::strerror(err), path));
   };
   size_t done = 0;

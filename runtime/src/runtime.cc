@@ -36,6 +36,7 @@ struct ThreadSlot {
     uint64_t generation = ~uint64_t{0};
     MissEntry* entry = nullptr;
     Schedule fallback;
+    GemmLdBounds ld{};  // the key's leading-dimension bounds
   };
   std::array<MissCacheLine, 16> miss_cache{};  // indexed by hash >> 60
   std::mutex mu;        // taken on table switches and by readers of the counts, never on a hit
@@ -89,17 +90,11 @@ inline Status RunHit(ThreadSlot* s, const TableEntry& e, const GemmArgs& a) {
   return RunGemm(e.schedule, a);
 }
 
-// The same rule for any call, dimensions too, without building an error message.
-inline bool GemmArgsLookValid(const GemmArgs& a) {
-  constexpr int64_t kMax = int64_t{1} << 31, kMaxElems = int64_t{1} << 40;
-  if (!((a.m >= 1) & (a.n >= 1) & (a.k >= 1) & (a.m <= kMax) & (a.n <= kMax) & (a.k <= kMax))) return false;
-  const int64_t a_rows = a.trans_a ? a.k : a.m, a_cols = a.trans_a ? a.m : a.k;
-  const int64_t b_rows = a.trans_b ? a.n : a.k, b_cols = a.trans_b ? a.k : a.n;
-  int64_t ea, eb, ec;
-  const bool oa = __builtin_mul_overflow(a_rows, a.lda, &ea), ob = __builtin_mul_overflow(b_rows, a.ldb, &eb),
-             oc = __builtin_mul_overflow(a.m, a.ldc, &ec);
-  return (a.lda >= a_cols) & (a.ldb >= b_cols) & (a.ldc >= a.n) & (a.a != nullptr) & (a.b != nullptr) &
-         (a.c != nullptr) & !oa & !ob & !oc & (ea <= kMaxElems) & (eb <= kMaxElems) & (ec <= kMaxElems);
+// Dimensions that can form a gemm key; the rest of ValidateGemmArgs' rule is the
+// key's leading-dimension bounds (KnownKeyArgsValid).
+inline bool GemmDimsValid(const GemmArgs& a) {
+  constexpr int64_t kMax = int64_t{1} << 31;
+  return (a.m >= 1) & (a.n >= 1) & (a.k >= 1) & (a.m <= kMax) & (a.n <= kMax) & (a.k <= kMax);
 }
 
 // Out of line so that the hit paths keep a small frame.
@@ -374,7 +369,7 @@ struct Runtime::Impl {
     if (t != s->table.load(std::memory_order_relaxed)) t = SwitchTable(s);
     const TableEntry* found;
     if (const TableEntry* e = HitEntry(*t, a, hash, found)) return RunHit(s, *e, a);
-    if (!GemmArgsLookValid(a)) [[unlikely]] return InvalidGemmArgs(a);
+    if (!GemmDimsValid(a)) [[unlikely]] return InvalidGemmArgs(a);
     return MissGemm(s, a, hash, t, found);
   }
 
@@ -382,9 +377,14 @@ struct Runtime::Impl {
     const OpKey key = GemmKeyOf(a);
     ThreadSlot::MissCacheLine& line = s->miss_cache[hash >> 60];  // 16 lines, high bits (OpKey::Hash)
     if (!(line.entry && line.hash == hash && line.generation == t->generation() && line.entry->key == key)) {
+      // Checked before the miss is recorded: a call with bad arguments is refused, not counted.
+      const GemmLdBounds ld = GemmLeadingDimBounds(key);
+      if (!KnownKeyArgsValid(a, ld)) [[unlikely]] return InvalidGemmArgs(a);
       Schedule fallback;
       MissEntry* m = FindMiss(key, hash, t, found, fallback);
-      line = {hash, t->generation(), m, fallback};
+      line = {hash, t->generation(), m, fallback, ld};
+    } else if (!KnownKeyArgsValid(a, line.ld)) [[unlikely]] {
+      return InvalidGemmArgs(a);
     }
     const uint64_t t0 = TickClock::Now();
     Status st = line.fallback.variant

@@ -177,6 +177,25 @@ void ExpectInvalid(Runtime& rt, const GemmArgs& args, const std::string& names_v
   EXPECT_EQ(ValidateGemmArgs(args).code(), StatusCode::kInvalidArgument);
 }
 
+// A refused call runs nothing and is not a miss: not on a key never seen, and not on
+// a key whose earlier valid calls missed (then its miss record is cached per thread).
+TEST(BadInputApiTest, RefusedCallsAreNeverCountedAsMisses) {
+  auto rt = NewRuntime();
+  GemmCall g(6, 5, 4);
+  GemmArgs bad = g.args;
+  bad.ldb = 2;  // < n
+  ExpectInvalid(*rt, bad, "ldb=2", ">= 5");
+  EXPECT_TRUE(rt->GetMissReport().records.empty());
+  ASSERT_TRUE(rt->Gemm(g.args).ok());
+  ExpectInvalid(*rt, bad, "ldb=2", ">= 5");
+  bad = g.args;
+  bad.c = nullptr;
+  ExpectInvalid(*rt, bad, "pointer c", "null");
+  const MissReport report = rt->GetMissReport();
+  ASSERT_EQ(report.records.size(), 1u);
+  EXPECT_EQ(report.records[0].count, 1u);
+}
+
 TEST(BadInputApiTest, GemmRejectsBadShapesWithTheValueAndTheRule) {
   auto rt = NewRuntime();
   GemmCall g(4, 4, 4);

@@ -9,9 +9,10 @@
 // call after warm-up). They are joined when the process-wide pool is destroyed at
 // exit. A child of fork() starts with a pool of its own (the parent's workers do not
 // exist there), so kernels may run on several threads before and after a fork, as
-// long as no other thread of the parent was inside a kernel at the fork. Idle workers poll briefly (pause, then yield, to catch back-to-back calls
-// cheaply without starving other threads on a busy host), then block on a
-// condition variable.
+// long as no other thread of the parent was inside a kernel at the fork. Idle
+// workers poll briefly (pause, then yield, to catch back-to-back calls cheaply
+// without starving other threads on a busy host), then block on a condition
+// variable.
 //
 // Concurrency: one call at a time owns the workers. When a second application
 // thread calls Run while the pool is busy, or when Run is called from inside a pool
