@@ -51,8 +51,8 @@ int64_t LongAt(const flatbuffers::Vector<int64_t>& v, flatbuffers::uoffset_t i) 
 StatusOr<OpKey> ReadKey(const fb::OpKey* k) {
   if (!k) return InvalidArgument("entry has no key");
   const auto op = static_cast<uint8_t>(k->op()), dt = static_cast<uint8_t>(k->dtype());
-  if (op > static_cast<uint8_t>(OpKind::kConv2d)) return InvalidArgument(fmt::format("op kind {} is unknown", op));
-  if (dt > static_cast<uint8_t>(DType::kBF16)) return InvalidArgument(fmt::format("dtype {} is unknown", dt));
+  if (op >= kNumOpKinds) return InvalidArgument(fmt::format("op kind {} is unknown", op));
+  if (dt >= kNumDTypes) return InvalidArgument(fmt::format("dtype {} is unknown", dt));
   OpKey key;
   key.op = static_cast<OpKind>(op);
   key.dtype = static_cast<DType>(dt);
@@ -157,7 +157,8 @@ std::vector<uint8_t> SerializeBundle(const BundleSpec& spec) {
   std::vector<flatbuffers::Offset<fb::OpDefault>> defaults;
   for (const BundleOpDefault& d : spec.defaults)
     defaults.push_back(fb::CreateOpDefault(fbb, static_cast<fb::OpKind>(d.op), static_cast<fb::DType>(d.dtype),
-                                           WriteSchedule(fbb, d.schedule)));
+                                           WriteSchedule(fbb, d.schedule),
+                                           static_cast<fb::ShapeClass>(d.shape_class)));
   const std::string version = spec.producer_version.empty() ? CliffguardVersion() : spec.producer_version;
   auto root = fb::CreateBundleDirect(fbb, spec.schema_version, spec.producer.c_str(), version.c_str(),
                                      spec.created_at, device, &entries, &defaults, spec.cost_model_format.c_str(),
@@ -257,14 +258,16 @@ StatusOr<BundleSpec> ParseBundle(std::span<const uint8_t> bytes, std::string_vie
   if (b->defaults()) {
     for (flatbuffers::uoffset_t i = 0; i < b->defaults()->size(); ++i) {
       const fb::OpDefault* d = b->defaults()->Get(i);
-      const auto op = static_cast<uint8_t>(d->op()), dt = static_cast<uint8_t>(d->dtype());
-      if (op > static_cast<uint8_t>(OpKind::kConv2d) || dt > static_cast<uint8_t>(DType::kBF16)) {
-        spec.unreadable.push_back({fmt::format("op default {}", i),
-                                   op > static_cast<uint8_t>(OpKind::kConv2d) ? fmt::format("op kind {} is unknown", op)
-                                                                              : fmt::format("dtype {} is unknown", dt)});
+      const auto op = static_cast<uint8_t>(d->op()), dt = static_cast<uint8_t>(d->dtype()),
+                 sc = static_cast<uint8_t>(d->shape_class());
+      if (op >= kNumOpKinds || dt >= kNumDTypes || sc >= kNumShapeClasses) {
+        spec.unreadable.push_back({fmt::format("op default {}", i), op >= kNumOpKinds ? fmt::format("op kind {} is unknown", op)
+                                                                   : dt >= kNumDTypes ? fmt::format("dtype {} is unknown", dt)
+                                                                                      : fmt::format("shape class {} is unknown", sc)});
         continue;
       }
-      spec.defaults.push_back({static_cast<OpKind>(op), static_cast<DType>(dt), ReadSchedule(d->schedule())});
+      spec.defaults.push_back(
+          {static_cast<OpKind>(op), static_cast<DType>(dt), ReadSchedule(d->schedule()), static_cast<ShapeClass>(sc)});
     }
   }
   spec.cost_model_format = Str(b->cost_model_format());
@@ -321,12 +324,23 @@ ResolvedBundle ResolveVerifiedBundle(const fb::Bundle& b, const DeviceInfo& devi
         st = Unimplemented(fmt::format("{} cannot run {} {} on this device", s.variant->name, OpKindName(key.op),
                                        DTypeName(key.dtype)));
       }
+      const auto sc = static_cast<uint8_t>(d->shape_class());
+      if (st.ok() && sc >= kNumShapeClasses) {
+        why = EntryRejection::kUnsupported;
+        st = Unimplemented(fmt::format("shape class {} is unknown to this build", sc));
+      }
       if (!st.ok()) {
         out.rejected_defaults.push_back({key, why, fmt::format("default for {} {}: {}", OpKindName(key.op),
                                                                DTypeName(key.dtype), st.message())});
         continue;
       }
-      out.defaults.emplace_back(key, s);
+      ResolvedDefault rd{key.op, key.dtype, static_cast<uint8_t>(1u << sc), s};
+      if (sc == static_cast<uint8_t>(ShapeClass::kUnspecified)) {
+        rd.classes = 0;  // the classes of this bundle's own entries of the op
+        for (const ResolvedEntry& e : out.entries)
+          if (e.key.op == rd.op && e.key.dtype == rd.dtype) rd.classes |= uint8_t(1u << static_cast<int>(ShapeClassOf(e.key)));
+      }
+      out.defaults.push_back(rd);
     }
   }
   return out;
@@ -337,7 +351,12 @@ ResolvedBundle ResolveBundle(const BundleSpec& spec, const DeviceInfo& device) {
   return ResolveVerifiedBundle(*fb::GetBundle(bytes.data()), device);
 }
 
-StatusOr<std::vector<uint8_t>> ReadFileBytes(const std::string& path, int64_t max_bytes) {
+namespace {
+
+// Reads a whole regular file of at most max_bytes. When check_head is set, the first
+// head_bytes (or the whole file when shorter) are read and checked before the rest.
+StatusOr<std::vector<uint8_t>> ReadFileChecked(const std::string& path, int64_t max_bytes, size_t head_bytes,
+                                               Status (*check_head)(const std::string&, std::span<const uint8_t>)) {
   // O_NONBLOCK: opening a FIFO must not block; the file type is checked next.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return IoError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
@@ -359,9 +378,18 @@ StatusOr<std::vector<uint8_t>> ReadFileBytes(const std::string& path, int64_t ma
     ::close(fd);
     return InvalidArgument(fmt::format("'{}' is {} bytes, over the limit of {}", path, int64_t(st.st_size), max_bytes));
   }
-  std::vector<uint8_t> data(static_cast<size_t>(st.st_size));
+  const size_t size = static_cast<size_t>(st.st_size);
+  // With a head check, only the head is allocated and read until it passes.
+  std::vector<uint8_t> data(check_head ? std::min(head_bytes, size) : size);
   size_t done = 0;
-  while (done < data.size()) {
+  while (done < size) {
+    if (done == data.size()) {
+      if (Status h = check_head(path, {data.data(), done}); !h.ok()) {
+        ::close(fd);
+        return h;
+      }
+      data.resize(size);
+    }
     const ssize_t n = ::read(fd, data.data() + done, data.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
@@ -378,8 +406,24 @@ StatusOr<std::vector<uint8_t>> ReadFileBytes(const std::string& path, int64_t ma
   return data;
 }
 
+Status CheckBundleHead(const std::string& path, std::span<const uint8_t> head) {
+  if (head.size() < 8) return Status::Ok();  // too short: VerifyBundle names it
+  if (fb::BundleBufferHasIdentifier(head.data())) return Status::Ok();
+  return VerifyBundle(head, path).status();   // the identifier message, without reading the rest
+}
+
+}  // namespace
+
+StatusOr<std::vector<uint8_t>> ReadFileBytes(const std::string& path, int64_t max_bytes) {
+  return ReadFileChecked(path, max_bytes, 0, nullptr);
+}
+
+StatusOr<std::vector<uint8_t>> ReadBundleFileBytes(const std::string& path) {
+  return ReadFileChecked(path, kMaxBundleBytes, 8, CheckBundleHead);
+}
+
 StatusOr<BundleSpec> ReadBundleFile(const std::string& path) {
-  CG_ASSIGN_OR_RETURN(auto bytes, ReadFileBytes(path));
+  CG_ASSIGN_OR_RETURN(auto bytes, ReadBundleFileBytes(path));
   return ParseBundle(bytes, path);
 }
 

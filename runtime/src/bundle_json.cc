@@ -175,8 +175,12 @@ std::string BundleToJson(const BundleSpec& spec, int indent) {
   }
   j["entries"] = entries;
   ordered_json defaults = ordered_json::array();
-  for (const BundleOpDefault& d : spec.defaults)
-    defaults.push_back(ordered_json{{"op", OpKindName(d.op)}, {"dtype", DTypeName(d.dtype)}, {"schedule", ScheduleJson(d.schedule)}});
+  for (const BundleOpDefault& d : spec.defaults) {
+    ordered_json o{{"op", OpKindName(d.op)}, {"dtype", DTypeName(d.dtype)}};
+    if (d.shape_class != ShapeClass::kUnspecified) o["shape_class"] = ShapeClassName(d.shape_class);
+    o["schedule"] = ScheduleJson(d.schedule);
+    defaults.push_back(std::move(o));
+  }
   j["defaults"] = defaults;
   if (!spec.cost_model_format.empty() || !spec.cost_model.empty())
     j["cost_model"] = ordered_json{{"format", spec.cost_model_format}, {"base64", Base64Encode(spec.cost_model)}};
@@ -268,6 +272,13 @@ StatusOr<BundleSpec> BundleFromJson(std::string_view text) {
       if (!pdt.ok()) return InvalidArgument(fmt::format("bundle.defaults[{}].dtype: {}", i, pdt.status().message()));
       out.op = *pop;
       out.dtype = *pdt;
+      if (e.contains("shape_class")) {
+        const std::string sc = dr.String(e, "shape_class");
+        CG_RETURN_IF_ERROR(dr.status());
+        auto psc = ParseShapeClass(sc);
+        if (!psc.ok()) return InvalidArgument(fmt::format("bundle.defaults[{}].shape_class: {}", i, psc.status().message()));
+        out.shape_class = *psc;
+      }
       out.schedule = dr.Schedule(e, "schedule");
       CG_RETURN_IF_ERROR(dr.status());
       spec.defaults.push_back(std::move(out));

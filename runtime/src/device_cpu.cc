@@ -2,6 +2,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -114,12 +115,7 @@ const char* IsaLevelName(uint32_t mask) {
   return "scalar";
 }
 
-int DefaultThreadBudget() {
-  if (const char* env = std::getenv("CLIFFGUARD_THREADS")) {
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    if (end != env && *end == '\0' && v >= 1 && v <= 1024) return static_cast<int>(v);
-  }
+int AvailableCpus() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) {
     const int n = CPU_COUNT(&set);
@@ -127,6 +123,28 @@ int DefaultThreadBudget() {
   }
   const unsigned hc = std::thread::hardware_concurrency();
   return hc ? static_cast<int>(hc) : 1;
+}
+
+StatusOr<int> ResolveThreadBudget(int requested, std::string_view origin) {
+  if (requested < 0 || requested > kMaxThreadBudget)
+    return InvalidArgument(fmt::format("{}={} must be in [0, {}] (0: CLIFFGUARD_THREADS, else every CPU available)",
+                                       origin, requested, kMaxThreadBudget));
+  if (requested > 0) return requested;
+  if (const char* env = std::getenv("CLIFFGUARD_THREADS")) {
+    char* end = nullptr;
+    errno = 0;
+    const long v = std::strtol(env, &end, 10);
+    if (end == env || *end != '\0' || errno == ERANGE || v < 1 || v > kMaxThreadBudget)
+      return InvalidArgument(fmt::format("CLIFFGUARD_THREADS='{}' must be an integer in [1, {}] (unset: every CPU available)",
+                                         env, kMaxThreadBudget));
+    return static_cast<int>(v);
+  }
+  return AvailableCpus();
+}
+
+int DefaultThreadBudget() {
+  auto b = ResolveThreadBudget(0, "threads");
+  return b.ok() ? *b : AvailableCpus();
 }
 
 void FinalizeDeviceInfo(DeviceInfo& d) {

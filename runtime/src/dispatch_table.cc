@@ -13,14 +13,14 @@ KeyIndex::KeyIndex(size_t expected) {
 }
 
 DispatchTable::DispatchTable(std::vector<Input> in, bool has_device_bundle,
-                             std::vector<std::pair<OpKey, Schedule>> defaults, uint64_t generation)
+                             std::vector<ResolvedDefault> defaults, uint64_t generation)
     : has_device_bundle_(has_device_bundle), defaults_(std::move(defaults)), generation_(generation) {
   const size_t cap = std::bit_ceil(std::max<size_t>(16, in.size() * 2));
   slots_.resize(cap);
   mask_ = cap - 1;
   shift_ = 64 - std::countr_zero(cap);
   entries_.reserve(in.size());
-  std::vector<double> ratios[2];
+  std::vector<double> ratios[kNumOpKinds];
   for (Input& x : in) {
     TableEntry e;
     e.key = x.key;
@@ -31,15 +31,17 @@ DispatchTable::DispatchTable(std::vector<Input> in, bool has_device_bundle,
     e.tuned_us = x.tuned_us;
     e.default_us = x.default_us;
     if (!e.rejected && e.tuned_us > 0 && e.default_us > 0)
-      ratios[static_cast<int>(e.key.op) & 1].push_back(e.default_us / e.tuned_us);
+      ratios[static_cast<int>(e.key.op)].push_back(e.default_us / e.tuned_us);
     const uint64_t h = e.key.Hash();
     uint64_t i = h >> shift_;
     while (slots_[i].entry) i = (i + 1) & mask_;
     entries_.push_back(e);  // reserved above: never reallocates
     slots_[i] = {h, &entries_.back()};
   }
-  for (int op = 0; op < 2; ++op) {
+  for (int op = 0; op < kNumOpKinds; ++op) {
     auto& r = ratios[op];
+    speedup_[op] = 1.0;
+    speedup_samples_[op] = r.size();
     if (r.empty()) continue;
     std::nth_element(r.begin(), r.begin() + r.size() / 2, r.end());
     speedup_[op] = std::max(1.0, r[r.size() / 2]);
@@ -47,11 +49,10 @@ DispatchTable::DispatchTable(std::vector<Input> in, bool has_device_bundle,
 }
 
 const Schedule* DispatchTable::BundleDefault(const OpKey& key) const {
-  for (const auto& [k, s] : defaults_)
-    if (k.op == key.op && k.dtype == key.dtype) return &s;
+  for (const ResolvedDefault& d : defaults_)
+    if (d.Serves(key)) return &d.schedule;
   return nullptr;
 }
 
-double DispatchTable::ExpectedSpeedup(OpKind op) const { return speedup_[static_cast<int>(op) & 1]; }
 
 }  // namespace cliffguard

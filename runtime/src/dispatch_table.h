@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cliffguard/bundle.h"
 #include "cliffguard/kernel.h"
 #include "cliffguard/miss_report.h"
 #include "cliffguard/op_key.h"
@@ -57,7 +58,7 @@ class DispatchTable {
     double tuned_us = 0, default_us = 0;
   };
   // Keys must be unique in `in`.
-  DispatchTable(std::vector<Input> in, bool has_device_bundle, std::vector<std::pair<OpKey, Schedule>> defaults,
+  DispatchTable(std::vector<Input> in, bool has_device_bundle, std::vector<ResolvedDefault> defaults,
                 uint64_t generation);
   DispatchTable(const DispatchTable&) = delete;  // slots point into entries_
   DispatchTable& operator=(const DispatchTable&) = delete;
@@ -83,10 +84,12 @@ class DispatchTable {
   size_t size() const { return entries_.size(); }
   bool has_device_bundle() const { return has_device_bundle_; }
   uint64_t generation() const { return generation_; }
-  // The bundle default for key's op and dtype, or nullptr.
+  // The bundle default that serves key (its op, dtype and shape class), or nullptr.
   const Schedule* BundleDefault(const OpKey& key) const;
-  // Median default_us / tuned_us of usable entries of this op (1.0 when none).
-  double ExpectedSpeedup(OpKind op) const;
+  // Median default_us / tuned_us of usable entries of this op (1.0 when none), and
+  // how many entries it is taken over.
+  double ExpectedSpeedup(OpKind op) const { return speedup_[static_cast<int>(op)]; }
+  size_t SpeedupSamples(OpKind op) const { return speedup_samples_[static_cast<int>(op)]; }
   MissKind MissKindFor(const TableEntry* found) const {
     if (!has_device_bundle_) return MissKind::kDeviceMiss;
     return found && found->rejected ? MissKind::kRejectedEntry : MissKind::kShapeMiss;
@@ -123,8 +126,9 @@ class DispatchTable {
   uint64_t mask_ = 0;
   int shift_ = 64;  // slot = hash >> shift_: the high bits (OpKey::Hash)
   bool has_device_bundle_ = false;
-  std::vector<std::pair<OpKey, Schedule>> defaults_;
-  double speedup_[2] = {1.0, 1.0};
+  std::vector<ResolvedDefault> defaults_;
+  double speedup_[kNumOpKinds] = {};
+  size_t speedup_samples_[kNumOpKinds] = {};
   uint64_t generation_ = 0;
 };
 

@@ -18,15 +18,18 @@ int KernelVariant::ParamIndex(std::string_view param_name) const {
 }
 
 std::span<const KernelVariant> AllKernelVariants() {
-  static const std::vector<KernelVariant> all = [] {
-    std::vector<KernelVariant> v;
+  // Never destroyed: schedules held by a Runtime in a global or static variable point
+  // into it, and that Runtime may be destroyed (writing its miss report) after every
+  // function-local static built during main().
+  static const std::vector<KernelVariant>* all = [] {
+    auto* v = new std::vector<KernelVariant>();
 #ifdef CLIFFGUARD_WITH_CUDA
-    for (const auto& k : cuda::CudaKernelVariants()) v.push_back(k);
+    for (const auto& k : cuda::CudaKernelVariants()) v->push_back(k);
 #endif
-    for (const auto& k : cpu::CpuKernelVariants()) v.push_back(k);
+    for (const auto& k : cpu::CpuKernelVariants()) v->push_back(k);
     return v;
   }();
-  return all;
+  return *all;
 }
 
 const KernelVariant* FindKernelVariant(std::string_view name) {

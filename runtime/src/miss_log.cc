@@ -40,17 +40,23 @@ std::vector<MissLog::Snapshot> MissLog::Snap() const {
         if (first && (!snap.first_tick || first < snap.first_tick)) snap.first_tick = first;
         snap.last_tick = std::max(snap.last_tick, st.last_tick.load(std::memory_order_relaxed));
       }
-      out.push_back(std::move(snap));
+      if (snap.count) out.push_back(std::move(snap));
     }
   }
   return out;
 }
 
-uint64_t MissLog::CountFor(const OpKey& key) const {
-  const Shard& s = shards_[(key.Hash() >> 58) & (kShards - 1)];
-  std::lock_guard<std::mutex> lock(s.mu);
-  auto it = s.map.find(key);
-  return it == s.map.end() ? 0 : it->second->Count();
+void MissLog::ResetCounts() {
+  for (Shard& s : shards_) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (auto& [key, e] : s.map)
+      for (auto& st : e->stripes) {
+        st.count.store(0, std::memory_order_relaxed);
+        st.fallback_ticks.store(0, std::memory_order_relaxed);
+        st.first_tick.store(0, std::memory_order_relaxed);
+        st.last_tick.store(0, std::memory_order_relaxed);
+      }
+  }
 }
 
 }  // namespace cliffguard

@@ -80,10 +80,13 @@ class MissLog {
   static constexpr int kShards = 64;
 
   // Finds or creates the entry for `key`; `created` tells whether this is its first
-  // miss. The returned entry lives as long as the MissLog.
+  // miss. `refresh` computes kind and fallback when the entry's generation is not
+  // `generation`. A key no kernel can run (no fallback) gets no entry: nullptr, with
+  // the reason in `why`, and nothing is counted. The returned entry lives as long as
+  // the MissLog.
   template <typename Refresh>
   MissEntry* Get(const OpKey& key, uint64_t hash, uint64_t generation, Refresh&& refresh, bool& created,
-                 Schedule& fallback) {
+                 Schedule& fallback, std::string& why) {
     Shard& s = shards_[(hash >> 58) & (kShards - 1)];
     std::lock_guard<std::mutex> lock(s.mu);
     auto [it, inserted] = s.map.try_emplace(key, nullptr);
@@ -98,6 +101,11 @@ class MissLog {
     }
     created = inserted;
     fallback = e->fallback;
+    if (!e->fallback.variant) {
+      why = e->fallback_source;
+      if (e->Count() == 0) s.map.erase(it);
+      return nullptr;
+    }
     return e;
   }
 
@@ -107,8 +115,11 @@ class MissLog {
     uint64_t count, fallback_ticks, first_tick, last_tick;
     std::string fallback;
   };
+  // Every entry with at least one counted miss, each read under its shard's lock.
   std::vector<Snapshot> Snap() const;
-  uint64_t CountFor(const OpKey& key) const;
+  // Zeroes every count and time (a child of fork() starts its own accounting).
+  // Caller guarantees no other thread records meanwhile.
+  void ResetCounts();
 
  private:
   struct alignas(64) Shard {

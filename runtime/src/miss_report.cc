@@ -39,11 +39,15 @@ std::string MissReportToJson(const MissReport& r, int indent) {
   ordered_json j;
   j["schema_version"] = r.schema_version;
   j["device"] = ordered_json{{"fingerprint", r.device_fingerprint}, {"name", r.device_name}};
+  if (r.device_threads > 0) j["device"]["threads"] = r.device_threads;
+  if (!r.host.empty()) j["host"] = r.host;
+  if (r.pid > 0) j["pid"] = r.pid;
   j["generated_at"] = r.generated_at;
   j["calls"] = r.calls;
   j["hits"] = r.hits;
   j["misses"] = r.misses;
   j["expected_speedup"] = r.expected_speedup;
+  if (!r.expected_speedup_basis.empty()) j["expected_speedup_basis"] = r.expected_speedup_basis;
   ordered_json recs = ordered_json::array();
   int rank = 0;
   for (const MissRecord& m : r.records) {
@@ -94,6 +98,24 @@ StatusOr<MissReport> MissReportFromJson(std::string_view text) {
   CG_RETURN_IF_ERROR(Need(j["device"], "fingerprint", "report.device", &ordered_json::is_string, "a string"));
   r.device_fingerprint = j["device"]["fingerprint"].get<std::string>();
   if (j["device"].contains("name") && j["device"]["name"].is_string()) r.device_name = j["device"]["name"].get<std::string>();
+  if (j["device"].contains("threads")) {
+    const ordered_json& t = j["device"]["threads"];
+    if (!t.is_number_unsigned() || t.get<uint64_t>() < 1 || t.get<uint64_t>() > 1024)
+      return InvalidArgument("miss report: report.device.threads must be an integer in [1, 1024]");
+    r.device_threads = static_cast<int>(t.get<uint64_t>());
+  }
+  if (j.contains("host")) {
+    CG_RETURN_IF_ERROR(Need(j, "host", "report", &ordered_json::is_string, "a string"));
+    r.host = j["host"].get<std::string>();
+  }
+  if (j.contains("pid")) {
+    CG_RETURN_IF_ERROR(Need(j, "pid", "report", &ordered_json::is_number_unsigned, "a non-negative integer"));
+    r.pid = static_cast<int64_t>(std::min<uint64_t>(j["pid"].get<uint64_t>(), INT64_MAX));
+  }
+  if (j.contains("expected_speedup_basis")) {
+    CG_RETURN_IF_ERROR(Need(j, "expected_speedup_basis", "report", &ordered_json::is_string, "a string"));
+    r.expected_speedup_basis = j["expected_speedup_basis"].get<std::string>();
+  }
   for (const char* f : {"calls", "hits", "misses"})
     CG_RETURN_IF_ERROR(Need(j, f, "report", &ordered_json::is_number_unsigned, "a non-negative integer"));
   r.calls = j["calls"].get<uint64_t>();

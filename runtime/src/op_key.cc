@@ -1,5 +1,6 @@
 #include "cliffguard/op_key.h"
 
+#include <algorithm>
 #include <charconv>
 #include <limits>
 #include <string>
@@ -79,8 +80,43 @@ double OpKey::Flops() const {
   return 2.0 * double(dims[0]) * oh * ow * double(dims[4]) * double(dims[3]) * double(dims[5]) * double(dims[6]);
 }
 
+const char* ShapeClassName(ShapeClass c) {
+  switch (c) {
+    case ShapeClass::kUnspecified: return "unspecified";
+    case ShapeClass::kSkinny: return "skinny";
+    case ShapeClass::kSmall: return "small";
+    case ShapeClass::kLarge: return "large";
+  }
+  return "?";
+}
+
+StatusOr<ShapeClass> ParseShapeClass(std::string_view s) {
+  for (uint8_t i = 0; i < kNumShapeClasses; ++i)
+    if (s == ShapeClassName(static_cast<ShapeClass>(i))) return static_cast<ShapeClass>(i);
+  return InvalidArgument(fmt::format("shape class '{}' is not one of: unspecified, skinny, small, large", s));
+}
+
+ShapeClass ShapeClassOf(const OpKey& key) {
+  double m = double(key.dims[0]), n = double(key.dims[1]), k = double(key.dims[2]);
+  if (key.op == OpKind::kConv2d) {
+    const int64_t oh = (key.dims[1] + 2 * key.dims[9] - key.dims[5]) / std::max<int64_t>(1, key.dims[7]) + 1;
+    const int64_t ow = (key.dims[2] + 2 * key.dims[10] - key.dims[6]) / std::max<int64_t>(1, key.dims[8]) + 1;
+    m = double(key.dims[0]) * double(oh) * double(ow);
+    n = double(key.dims[4]);
+    k = double(key.dims[3]) * double(key.dims[5]) * double(key.dims[6]);
+  }
+  if (std::min(m, n) <= 16) return ShapeClass::kSkinny;
+  if (m * n * k <= double(int64_t{1} << 21)) return ShapeClass::kSmall;
+  return ShapeClass::kLarge;
+}
+
 Status OpKey::Validate() const {
   constexpr int64_t kMaxDim = int64_t{1} << 31;
+  if (static_cast<uint8_t>(op) >= kNumOpKinds)
+    return InvalidArgument(fmt::format("op kind {} is not one of: 0 (gemm), 1 (conv2d)", static_cast<int>(op)));
+  if (static_cast<uint8_t>(dtype) >= kNumDTypes)
+    return InvalidArgument(
+        fmt::format("{}: dtype {} is not one of: 0 (f32), 1 (f16), 2 (bf16)", OpKindName(op), static_cast<int>(dtype)));
   const int nd = num_dims();
   for (int i = 0; i < kMaxDims; ++i) {
     const char* name = op == OpKind::kGemm ? (i < 3 ? kGemmDimNames[i] : "unused") : kConvDimNames[i];

@@ -9,8 +9,12 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <pthread.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
+
+#include "cliffguard/detail/logging.h"
 
 #include "bundle_internal.h"
 #include "dispatch_table.h"
@@ -94,7 +98,8 @@ inline Status RunHit(ThreadSlot* s, const TableEntry& e, const GemmArgs& a) {
 // key's leading-dimension bounds (KnownKeyArgsValid).
 inline bool GemmDimsValid(const GemmArgs& a) {
   constexpr int64_t kMax = int64_t{1} << 31;
-  return (a.m >= 1) & (a.n >= 1) & (a.k >= 1) & (a.m <= kMax) & (a.n <= kMax) & (a.k <= kMax);
+  return (a.m >= 1) & (a.n >= 1) & (a.k >= 1) & (a.m <= kMax) & (a.n <= kMax) & (a.k <= kMax) &
+         (static_cast<uint8_t>(a.dtype) < kNumDTypes);
 }
 
 // Out of line so that the hit paths keep a small frame.
@@ -133,6 +138,12 @@ struct Runtime::Impl {
   std::vector<OpKey> plan_keys;  // index -> key; append-only
 
   MissLog misses;
+
+  std::mutex warned_mu;
+  std::unordered_set<std::string> warned_bundles;  // LogLoad: bundles warned about once
+
+  pid_t pid = ::getpid();  // the process whose calls are counted (a fork child's own)
+  std::string report_path;  // where the destructor writes the miss report; "" for none
 
   ThreadSlot* LocalSlot() {
     const LastSlot& last = t_last;  // one thread-pointer read for both fields
@@ -250,7 +261,7 @@ struct Runtime::Impl {
   // Builds a table from the loaded bundles and swaps it in. Caller holds load_mu.
   void RebuildLocked() {
     std::vector<DispatchTable::Input> in;
-    std::vector<std::pair<OpKey, Schedule>> defaults;
+    std::vector<ResolvedDefault> defaults;
     bool has_device_bundle = false;
     size_t expected = 0;
     for (const LoadedBundle& b : bundles) expected += b.resolved.entries.size() + b.resolved.rejected.size();
@@ -279,11 +290,10 @@ struct Runtime::Impl {
           in.push_back(x);
         }
       }
-      for (const auto& d : b.resolved.defaults) {
-        const bool known = std::any_of(defaults.begin(), defaults.end(), [&](const auto& x) {
-          return x.first.op == d.first.op && x.first.dtype == d.first.dtype;
-        });
-        if (!known) defaults.push_back(d);
+      for (ResolvedDefault d : b.resolved.defaults) {  // per (op, dtype, class): the first bundle's wins
+        for (const ResolvedDefault& x : defaults)
+          if (x.op == d.op && x.dtype == d.dtype) d.classes &= uint8_t(~x.classes);
+        if (d.classes) defaults.push_back(d);
       }
     }
     auto t = std::make_unique<DispatchTable>(std::move(in), has_device_bundle, std::move(defaults), ++generation);
@@ -320,15 +330,24 @@ struct Runtime::Impl {
     return lb;
   }
 
-  void LogLoad(const LoadReport& r) const {
+  // Warnings about a bundle are given once per (source, device, outcome); reloading
+  // the same file logs them again at info level only.
+  void LogLoad(const LoadReport& r) {
+    const std::string id = fmt::format("{}|{}|{}|{}", r.source, r.device_fingerprint, r.device_rule, r.rejected.size());
+    bool first;
+    {
+      std::lock_guard<std::mutex> lock(warned_mu);
+      first = warned_bundles.insert(id).second;
+    }
+    const LogLevel warn = first ? LogLevel::kWarn : LogLevel::kInfo;
     if (!r.device_match) {
-      spdlog::warn("cliffguard: bundle '{}' is for another device and is not applied: {}", r.source, r.device_rule);
+      logging::Log(warn, "bundle '{}' is for another device and is not applied: {}", r.source, r.device_rule);
       return;
     }
-    spdlog::info("cliffguard: bundle '{}': {} of {} entries loaded ({} rejected), device rule {}", r.source,
-                 r.entries_loaded, r.entries_total, r.rejected.size(), r.device_rule);
+    logging::Info("bundle '{}': {} of {} entries loaded ({} rejected), device rule {}", r.source, r.entries_loaded,
+                  r.entries_total, r.rejected.size(), r.device_rule);
     for (const RejectedEntry& e : r.rejected)
-      spdlog::warn("cliffguard: bundle '{}': entry rejected ({}): {}", r.source, EntryRejectionName(e.reason), e.message);
+      logging::Log(warn, "bundle '{}': entry rejected ({}): {}", r.source, EntryRejectionName(e.reason), e.message);
   }
 
   // Fallback for a missed key under table t.
@@ -349,15 +368,17 @@ struct Runtime::Impl {
     }
   }
 
+  // The miss record of a key, or nullptr (reason in `why`) when no kernel runs it:
+  // such a call fails and is not a miss.
   MissEntry* FindMiss(const OpKey& key, uint64_t hash, const DispatchTable* t, const TableEntry* found,
-                      Schedule& fallback) {
+                      Schedule& fallback, std::string& why) {
     bool created = false;
     MissEntry* m = misses.Get(
-        key, hash, t->generation(), [&](MissEntry& e) { RefreshMiss(e, t, found); }, created, fallback);
-    if (created && options.warn_on_miss) {
-      spdlog::warn("cliffguard: {} for '{}' on device {}: no tuned schedule; running the {} ({}). "
-                   "It is counted in the miss report; tune it to remove this cliff.",
-                   MissKindName(m->kind), key.ToString(), device.fingerprint, m->fallback_source, fallback.ToString());
+        key, hash, t->generation(), [&](MissEntry& e) { RefreshMiss(e, t, found); }, created, fallback, why);
+    if (m && created && options.warn_on_miss) {
+      logging::Warn("{} for '{}' on device {}: no tuned schedule; running the {} ({}). "
+                    "It is counted in the miss report; tune it to remove this cliff.",
+                    MissKindName(m->kind), key.ToString(), device.fingerprint, m->fallback_source, fallback.ToString());
     }
     return m;
   }
@@ -381,20 +402,57 @@ struct Runtime::Impl {
       const GemmLdBounds ld = GemmLeadingDimBounds(key);
       if (!KnownKeyArgsValid(a, ld)) [[unlikely]] return InvalidGemmArgs(a);
       Schedule fallback;
-      MissEntry* m = FindMiss(key, hash, t, found, fallback);
+      std::string why;
+      MissEntry* m = FindMiss(key, hash, t, found, fallback, why);
+      if (!m) return Unimplemented(fmt::format("gemm: no kernel runs '{}' on {}: {}", key.ToString(), device.fingerprint, why));
       line = {hash, t->generation(), m, fallback, ld};
     } else if (!KnownKeyArgsValid(a, line.ld)) [[unlikely]] {
       return InvalidGemmArgs(a);
     }
     const uint64_t t0 = TickClock::Now();
-    Status st = line.fallback.variant
-                    ? RunGemm(line.fallback, a)
-                    : Unimplemented(fmt::format("no kernel runs '{}' on {}", key.ToString(), device.fingerprint));
+    Status st = RunGemm(line.fallback, a);
     line.entry->Record(s->stripe, t0, TickClock::Now());
     return st;
   }
 
-  std::unordered_map<OpKey, KeyStats, OpKeyHash> CollectStats() {
+  // In a child of fork(), where only the forking thread runs: counts start at zero,
+  // slots of threads that do not exist here are freed, and the report goes to a path
+  // of the child's own, so parent and child never overwrite one report.
+  void ResetAfterFork() {
+    pid = ::getpid();
+    if (!report_path.empty()) {
+      const std::string base = options.miss_report_path;
+      const size_t dot = base.rfind('.'), slash = base.rfind('/');
+      const bool ext = dot != std::string::npos && (slash == std::string::npos || dot > slash);
+      report_path = ext ? fmt::format("{}.{}{}", base.substr(0, dot), pid, base.substr(dot))
+                        : fmt::format("{}.{}", base, pid);
+    }
+    std::lock_guard<std::mutex> slots_lock(slots_mu);
+    for (auto& sp : slots) {
+      ThreadSlot* s = sp.get();
+      std::lock_guard<std::mutex> lock(s->mu);
+      const DispatchTable* t = s->table.load(std::memory_order_relaxed);
+      if (t && s->hits)
+        for (size_t i = 0; i < std::max<size_t>(1, t->size()); ++i) s->hits[i].store(0, std::memory_order_relaxed);
+      for (size_t i = 0; i < s->plan_cap; ++i) s->plan_hits[i].store(0, std::memory_order_relaxed);
+      const bool mine = std::any_of(t_slots.all.begin(), t_slots.all.end(),
+                                    [&](const auto& e) { return e.first == id && e.second == s; });
+      if (!mine) {
+        s->hits.reset();
+        s->table.store(nullptr, std::memory_order_relaxed);
+        s->in_use = false;
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(totals_mu);
+      hit_totals.clear();
+    }
+    misses.ResetCounts();
+  }
+
+  // Per-key hits and misses; the misses from `snap`, so that a report's totals and
+  // records come from one snapshot.
+  std::unordered_map<OpKey, KeyStats, OpKeyHash> CollectStats(const std::vector<MissLog::Snapshot>& snap) {
     std::unordered_map<OpKey, KeyStats, OpKeyHash> out;
     auto add_hits = [&](const OpKey& k, uint64_t n) {
       KeyStats& s = out[k];
@@ -419,7 +477,7 @@ struct Runtime::Impl {
         for (size_t i = 0; i < s->plan_cap; ++i)
           if (uint64_t n = s->plan_hits[i].load(std::memory_order_relaxed)) add_hits(plan_keys[i], n);
     }
-    for (const auto& m : misses.Snap()) {
+    for (const auto& m : snap) {
       KeyStats& s = out[m.key];
       s.key = m.key;
       s.misses += m.count;
@@ -434,18 +492,31 @@ void ReleaseSlotOf(uint64_t runtime_id, ThreadSlot* slot) {
   auto it = Registry().find(runtime_id);
   if (it != Registry().end()) it->second->ReleaseSlot(slot);
 }
+
+// Documented rule: fork while no other thread is inside a cliffguard call, so no
+// cliffguard lock is held by a thread that does not exist in the child.
+void ResetRuntimesInForkChild() {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  for (auto& [id, impl] : Registry()) impl->ResetAfterFork();
+}
 }  // namespace
 
 Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options) {
-  if (options.threads < 0 || options.threads > 1024)
-    return InvalidArgument(fmt::format("RuntimeOptions.threads={} must be in [0, 1024] (0: automatic)", options.threads));
+  CG_ASSIGN_OR_RETURN(const int threads, ResolveThreadBudget(options.threads, "RuntimeOptions.threads"));
+  static std::once_flag fork_handler;
+  std::call_once(fork_handler, [] { ::pthread_atfork(nullptr, nullptr, ResetRuntimesInForkChild); });
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   if (impl->options.miss_report_path.empty())
     if (const char* env = std::getenv("CLIFFGUARD_MISS_REPORT")) impl->options.miss_report_path = env;
-  impl->device = HostCpuDevice(options.threads);
+  impl->report_path = impl->options.miss_report_path;
+  impl->device = HostCpuDevice(threads);
+  if (const int cpus = AvailableCpus(); threads > cpus)
+    logging::Warn("thread budget {} ({}) exceeds the {} CPUs this process may use: multi-threaded schedules will "
+                  "oversubscribe them; bundles apply only when tuned for the same budget",
+                  threads, options.threads ? "RuntimeOptions.threads" : "CLIFFGUARD_THREADS", cpus);
   {
     std::lock_guard<std::mutex> lock(impl->load_mu);
     impl->RebuildLocked();  // the empty table: every call is a device miss
@@ -458,10 +529,10 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
 }
 
 Runtime::~Runtime() {
-  if (!impl_->options.miss_report_path.empty()) {
-    Status st = WriteMissReport(impl_->options.miss_report_path);
-    if (!st.ok()) spdlog::error("cliffguard: cannot write the miss report at exit: {}", st.ToString());
-    else spdlog::info("cliffguard: miss report written to '{}'", impl_->options.miss_report_path);
+  if (!impl_->report_path.empty()) {
+    Status st = WriteMissReport(impl_->report_path);
+    if (!st.ok()) logging::Error("cannot write the miss report at exit: {}", st.ToString());
+    else logging::Info("miss report written to '{}'", impl_->report_path);
   }
   std::lock_guard<std::mutex> lock(g_registry_mu);
   Registry().erase(impl_->id);
@@ -480,14 +551,14 @@ StatusOr<LoadReport> Runtime::LoadBundleBuffer(std::span<const uint8_t> bytes, c
 }
 
 StatusOr<LoadReport> Runtime::LoadBundleFile(const std::string& path) {
-  CG_ASSIGN_OR_RETURN(auto bytes, ReadFileBytes(path));
+  CG_ASSIGN_OR_RETURN(auto bytes, ReadBundleFileBytes(path));
   return LoadBundleBuffer(bytes, path);
 }
 
 StatusOr<std::vector<LoadReport>> Runtime::ReplaceBundles(const std::vector<std::string>& paths) {
   std::vector<LoadedBundle> fresh;
   for (const std::string& p : paths) {
-    CG_ASSIGN_OR_RETURN(auto bytes, ReadFileBytes(p));
+    CG_ASSIGN_OR_RETURN(auto bytes, ReadBundleFileBytes(p));
     CG_ASSIGN_OR_RETURN(LoadedBundle lb, impl_->Prepare(bytes, p));
     fresh.push_back(std::move(lb));
   }
@@ -561,8 +632,10 @@ StatusOr<GemmPlan> Runtime::PlanGemm(const OpKey& key) {
       plan.hit_ = true;
       plan.schedule_ = e->schedule;
     } else {
-      plan.miss_ = r.FindMiss(key, key.Hash(), t, e, plan.schedule_);
-      if (!plan.schedule_.variant) return Unimplemented(plan.miss_->fallback_source);
+      std::string why;
+      plan.miss_ = r.FindMiss(key, key.Hash(), t, e, plan.schedule_, why);
+      if (!plan.miss_)
+        return Unimplemented(fmt::format("PlanGemm: no kernel runs '{}' on {}: {}", key.ToString(), r.device.fingerprint, why));
     }
   }
   if (plan.hit_) {
@@ -576,7 +649,7 @@ StatusOr<GemmPlan> Runtime::PlanGemm(const OpKey& key) {
 }
 
 std::vector<KeyStats> Runtime::Stats() const {
-  auto m = impl_->CollectStats();
+  auto m = impl_->CollectStats(impl_->misses.Snap());
   std::vector<KeyStats> out;
   out.reserve(m.size());
   for (auto& [k, s] : m) out.push_back(s);
@@ -592,23 +665,28 @@ MissReport Runtime::GetMissReport() const {
   MissReport rep;
   rep.device_fingerprint = r.device.fingerprint;
   rep.device_name = r.device.name;
+  rep.device_threads = r.device.threads;
+  rep.pid = r.pid;
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) == 0) rep.host = host;
   rep.generated_at = r.clock.ToUnixSeconds(TickClock::Now());
-  for (const auto& [k, s] : r.CollectStats()) {
-    rep.hits += s.hits;
-    rep.misses += s.misses;
-  }
-  rep.calls = rep.hits + rep.misses;
+  // One snapshot of the misses gives both the records and the totals, so that
+  // sum(records[].count) == misses holds while other threads keep missing.
+  const std::vector<MissLog::Snapshot> snap = r.misses.Snap();
+  for (const auto& [k, s] : r.CollectStats(snap)) rep.hits += s.hits;
   const double tpu = r.clock.TicksPerMicrosecond();
-  double speedup[2] = {1.0, 1.0};
+  double speedup[kNumOpKinds];
   {
     std::lock_guard<std::mutex> lock(r.load_mu);
     const DispatchTable* t = r.table.load(std::memory_order_acquire);
-    speedup[0] = t->ExpectedSpeedup(OpKind::kGemm);
-    speedup[1] = t->ExpectedSpeedup(OpKind::kConv2d);
+    for (uint8_t op = 0; op < kNumOpKinds; ++op) speedup[op] = t->ExpectedSpeedup(static_cast<OpKind>(op));
+    const size_t n = t->SpeedupSamples(OpKind::kGemm);
+    rep.expected_speedup_basis =
+        n ? fmt::format("median default_us/tuned_us of {} loaded gemm entries, as measured by the tuner", n)
+          : "no loaded gemm entry with measured times: gain unknown";
   }
-  rep.expected_speedup = speedup[0];
-  for (const auto& m : r.misses.Snap()) {
-    if (m.count == 0) continue;
+  rep.expected_speedup = speedup[static_cast<int>(OpKind::kGemm)];
+  for (const auto& m : snap) {
     MissRecord rec;
     rec.key = m.key;
     rec.kind = m.kind;
@@ -617,10 +695,11 @@ MissReport Runtime::GetMissReport() const {
     rec.last_seen = r.clock.ToUnixSeconds(m.last_tick);
     rec.fallback_us_total = double(m.fallback_ticks) / tpu;
     rec.fallback = m.fallback;
-    const double sp = speedup[static_cast<int>(m.key.op) & 1];
-    rec.expected_gain_us = rec.fallback_us_total * (1.0 - 1.0 / sp);
+    rec.expected_gain_us = rec.fallback_us_total * (1.0 - 1.0 / speedup[static_cast<int>(m.key.op)]);
+    rep.misses += m.count;
     rep.records.push_back(std::move(rec));
   }
+  rep.calls = rep.hits + rep.misses;
   RankMissRecords(rep);
   return rep;
 }

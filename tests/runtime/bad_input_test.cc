@@ -26,7 +26,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <spdlog/spdlog.h>
+#include "cliffguard/log.h"
 
 #include "cliffguard/bundle.h"
 #include "cliffguard/miss_report.h"
@@ -388,11 +388,11 @@ TEST(BadInputFileTest, ReplaceBundlesIsAllOrNothing) {
 // Thousands of refused loads would each log a warning: keep errors only here.
 class QuietScope {
  public:
-  QuietScope() : level_(spdlog::get_level()) { spdlog::set_level(spdlog::level::err); }
-  ~QuietScope() { spdlog::set_level(level_); }
+  QuietScope() : level_(GetLogLevel()) { SetLogLevel(LogLevel::kError); }
+  ~QuietScope() { SetLogLevel(level_); }
 
  private:
-  spdlog::level::level_enum level_;
+  LogLevel level_;
 };
 
 TEST(BadInputFileTest, CorruptBundleBytesNeverCrashTheLoader) {

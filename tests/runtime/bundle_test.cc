@@ -189,7 +189,7 @@ std::vector<uint8_t> BundleWithMisalignedShape(const DeviceInfo& host, const OpK
   for (int pad = 0; pad < 2; ++pad) {
     flatbuffers::FlatBufferBuilder fbb;
     auto schedule = RawSchedule(fbb, sched);
-    if (pad) fbb.CreateVector(std::vector<int32_t>{7});
+    if (pad) fbb.CreateVector(std::vector<int32_t>{7, 7});  // 12 bytes: shifts what follows by 4 mod 8
     // Three int64 values written as six int32 words; the length is patched to 3 below.
     std::vector<int32_t> words;
     for (int i = 0; i < 3; ++i) words.insert(words.end(), {int32_t(key.dims[i]), int32_t(key.dims[i] >> 32)});

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "cliffguard/bundle.h"
+#include "cliffguard/device.h"
 #include "cliffguard/miss_report.h"
 #include "cliffguard/runtime.h"
 #include "cliffguard/tuner/tuning_log.h"
@@ -196,6 +197,55 @@ TEST(TuneCliTest, WorkloadAndMissReportSelectKeysAndSummaryIsPrinted) {
   EXPECT_NE(r.output.find("cpu-avx2-t2-0123456789abcdef"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(spec->device.fingerprint), std::string::npos) << r.output;
   for (const auto& p : {wl, log, out, rp, log2, out2, merged, other_path}) std::remove(p.c_str());
+}
+
+// A report written by a runtime with a 1-thread budget is tuned for that budget, so
+// the bundle applies where the misses happened; another device's report is refused.
+TEST(TuneCliTest, FromReportTunesForTheReportedDeviceOrRefuses) {
+  const DeviceInfo one = HostCpuDevice(1);
+  MissReport rep;
+  rep.device_fingerprint = one.fingerprint;
+  rep.device_name = one.name;
+  rep.device_threads = 1;
+  MissRecord m;
+  m.key = OpKey::Gemm(6, 24, 16);
+  m.count = 4;
+  m.fallback_us_total = 40;
+  rep.records.push_back(m);
+  rep.calls = rep.misses = 4;
+  const std::string rp = TempPath("dev.json"), log = TempPath("dev.jsonl"), out = TempPath("dev.cgb");
+  std::ofstream(rp) << MissReportToJson(rep);
+  CliResult r = RunCli(fmt::format("tune --from-report {} --trials 2 --strategy random --log {} --out {} {}", rp, log,
+                                   out, kFast));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto spec = ReadBundleFile(out);
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->device.fingerprint, one.fingerprint);
+  std::remove(log.c_str());
+  std::remove(out.c_str());
+
+  // An older report without device.threads: the budget is read from the fingerprint.
+  rep.device_threads = 0;
+  std::ofstream(rp) << MissReportToJson(rep);
+  r = RunCli(fmt::format("tune --from-report {} --trials 2 --strategy random --log {} --out {} {}", rp, log, out, kFast));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(ReadBundleFile(out)->device.fingerprint, one.fingerprint);
+  std::remove(log.c_str());
+  std::remove(out.c_str());
+
+  r = RunCli(fmt::format("tune --from-report {} --threads 2 --trials 2 --log {} --out {} {}", rp, log, out, kFast));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--threads 2 differs from the thread budget 1"), std::string::npos) << r.output;
+
+  rep.device_fingerprint = "cpu-avx2-t1-0123456789abcdef";
+  rep.device_name = "another CPU";
+  std::ofstream(rp) << MissReportToJson(rep);
+  r = RunCli(fmt::format("tune --from-report {} --trials 2 --log {} --out {} {}", rp, log, out, kFast));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("is for device cpu-avx2-t1-0123456789abcdef (another CPU"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_FALSE(std::filesystem::exists(log));
+  std::remove(rp.c_str());
 }
 
 }  // namespace

@@ -95,7 +95,12 @@ TEST(TunerTest, EveryStrategyFillsABundleThatHits) {
     ASSERT_TRUE(res.ok()) << name << ": " << res.status().ToString();
     EXPECT_GT(progress_calls, 0);
     ASSERT_EQ(res->bundle.entries.size(), keys.size()) << name;
-    EXPECT_EQ(res->bundle.defaults.size(), 1u) << name;
+    // At most one default per shape class tuned (small and skinny here), each for its
+    // own class; whether one ships depends on measured times (it must beat the built-in default).
+    EXPECT_LE(res->bundle.defaults.size(), 2u) << name;
+    for (const auto& d : res->bundle.defaults)
+      EXPECT_TRUE(d.shape_class == ShapeClassOf(keys[0]) || d.shape_class == ShapeClassOf(keys[1]))
+          << name << ": " << ShapeClassName(d.shape_class);
     EXPECT_EQ(!res->bundle.cost_model.empty(), name == "xgb") << name;
     for (const auto& s : res->summaries) {
       EXPECT_EQ(s.trials, 8) << name;
@@ -108,7 +113,7 @@ TEST(TunerTest, EveryStrategyFillsABundleThatHits) {
     auto rep = (*rt)->LoadBundleFile(out);
     ASSERT_TRUE(rep.ok()) << rep.status().ToString();
     EXPECT_TRUE(rep->rejected.empty()) << name << ": " << rep->rejected[0].message;
-    EXPECT_EQ(rep->defaults_loaded, 1u) << name;
+    EXPECT_EQ(rep->defaults_loaded, res->bundle.defaults.size()) << name;
     for (const auto& k : keys) {
       auto r = (*rt)->Resolve(k);
       ASSERT_TRUE(r.ok());

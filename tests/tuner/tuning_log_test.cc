@@ -9,8 +9,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
+#include "cliffguard/log.h"
 
 #include "cliffguard/tuner/workload.h"
 
@@ -83,11 +82,9 @@ TEST(TuningLogTest, PartialLastLineIsDroppedWithWarningAndTruncatedOnResume) {
   WriteText(path, good + partial);
 
   std::ostringstream captured;
-  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(captured);
-  auto old = spdlog::default_logger();
-  spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
+  SetLogSink([&](LogLevel, std::string_view m) { captured << m << "\n"; });
   auto log = ReadTuningLog(path);
-  spdlog::set_default_logger(old);
+  SetLogSink(nullptr);
 
   ASSERT_TRUE(log.ok()) << log.status().ToString();
   EXPECT_EQ(log->records.size(), 2u);

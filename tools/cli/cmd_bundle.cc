@@ -54,7 +54,9 @@ void AddInspectCommand(CLI::App& app) {
                  b.device.vendor, b.device.arch, b.device.fingerprint);
       fmt::print("cost model   {}\n", b.cost_model.empty() ? "none" : fmt::format("{} ({} bytes)", b.cost_model_format, b.cost_model.size()));
       for (const auto& d : b.defaults)
-        fmt::print("default      {} {}: {}\n", OpKindName(d.op), DTypeName(d.dtype), FormatSchedule(d.schedule));
+        fmt::print("default      {} {} {} shapes: {}\n", OpKindName(d.op), DTypeName(d.dtype),
+                   d.shape_class == ShapeClass::kUnspecified ? "tuned-class" : ShapeClassName(d.shape_class),
+                   FormatSchedule(d.schedule));
       fmt::print("entries      {}\n\n", b.entries.size());
       Table t({"key", "tuned", "default", "speed-up", "GFLOP/s", "trials", "schedule"});
       for (const auto& e : b.entries) {

@@ -11,12 +11,15 @@
 namespace cliffguard::cli {
 
 std::string RenderMissReport(const MissReport& r, size_t max_rows) {
-  std::string out = fmt::format("device {}: {} calls, {} hits, {} misses ({:.1f}% missed) over {} missed keys\n",
+  std::string out;
+  if (!r.host.empty() || r.pid) out += fmt::format("written by {} pid {}\n", r.host.empty() ? "?" : r.host, r.pid);
+  out += fmt::format("device {}: {} calls, {} hits, {} misses ({:.1f}% missed) over {} missed keys\n",
                                 r.device_fingerprint, r.calls, r.hits, r.misses,
                                 r.calls ? 100.0 * double(r.misses) / double(r.calls) : 0.0, r.records.size());
   if (r.records.empty()) return out + "no misses: every call ran a tuned schedule\n";
-  out += fmt::format("expected gain assumes the median tuned speed-up of the loaded bundles: {:.2f}x\n\n",
-                     r.expected_speedup);
+  out += fmt::format("expected gain assumes a tuned speed-up of {:.2f}x ({})\n\n", r.expected_speedup,
+                     r.expected_speedup_basis.empty() ? "the median tuned speed-up of the loaded bundles"
+                                                      : r.expected_speedup_basis);
   Table t({"rank", "key", "kind", "count", "fallback total", "per call", "expected gain", "seen (s)"});
   size_t rank = 0;
   for (const MissRecord& m : r.records) {

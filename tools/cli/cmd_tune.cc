@@ -4,14 +4,16 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
+#include "cliffguard/detail/logging.h"
 
 #include "cli_util.h"
 #include "cliffguard/bundle.h"
+#include "cliffguard/device.h"
 #include "cliffguard/miss_report.h"
 #include "cliffguard/tuner/strategy.h"
 #include "cliffguard/tuner/tuner.h"
@@ -94,11 +96,34 @@ void AddTuneCommand(CLI::App& app) {
       auto rep = MissReportFromJson(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
       if (!rep.ok()) Fail(c, fmt::format("miss report '{}': {}", o->from_report, rep.status().ToString()));
       RankMissRecords(*rep);
+      // Tune for the device that reported the misses: its thread budget is part of
+      // its identity, so a bundle for another budget would be a device miss there.
+      int report_threads = rep->device_threads;
+      if (report_threads == 0) {  // older reports: the budget is in the fingerprint ("cpu-avx2-t1-...")
+        const size_t at = rep->device_fingerprint.find("-t");
+        if (at != std::string::npos) report_threads = std::atoi(rep->device_fingerprint.c_str() + at + 2);
+      }
+      if (report_threads > 0) {
+        if (o->t.threads != 0 && o->t.threads != report_threads)
+          Fail(c, fmt::format("--threads {} differs from the thread budget {} of the device that wrote '{}' ({}); "
+                              "drop --threads to tune for that device",
+                              o->t.threads, report_threads, o->from_report, rep->device_fingerprint));
+        o->t.threads = report_threads;
+      }
+      auto budget = ResolveThreadBudget(o->t.threads, "tune --threads");
+      ExitIfError(budget.status(), c);
+      const DeviceInfo here = HostCpuDevice(*budget);
+      if (here.fingerprint != rep->device_fingerprint)
+        Fail(c, fmt::format("miss report '{}' is for device {} ({}, thread budget {}); this host with thread budget {} "
+                            "is {} ({}): a bundle tuned here would be a device miss there. Tune on the reported device",
+                            o->from_report, rep->device_fingerprint, rep->device_name.empty() ? "?" : rep->device_name,
+                            report_threads > 0 ? fmt::format("{}", report_threads) : "unknown", *budget,
+                            here.fingerprint, here.name));
       int taken = 0;
       for (const auto& r : rep->records) {
         if (taken >= o->top) break;
         if (r.key.op != OpKind::kGemm || r.key.dtype != DType::kF32) {
-          spdlog::warn("tune: --from-report: skipping {} (only f32 gemm is tuned)", r.key.ToString());
+          logging::Warn("tune: --from-report: skipping {} (only f32 gemm is tuned)", r.key.ToString());
           continue;
         }
         keys.push_back(r.key);

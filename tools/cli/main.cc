@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 
@@ -8,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cliffguard/bundle.h"
+#include "cliffguard/log.h"
 #include "commands.h"
 
 namespace cliffguard::cli {
@@ -29,6 +31,11 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("cliffguard"));
   spdlog::set_level(spdlog::level::warn);
   spdlog::cfg::load_env_levels();
+  // The library's own logger (cliffguard/log.h) follows CLIFFGUARD_LOG_LEVEL, else a
+  // plain SPDLOG_LEVEL such as "info".
+  if (!std::getenv("CLIFFGUARD_LOG_LEVEL"))
+    if (const char* env = std::getenv("SPDLOG_LEVEL"))
+      if (auto level = cliffguard::ParseLogLevel(env); level.ok()) cliffguard::SetLogLevel(*level);
   CLI::App app{fmt::format("cliffguard {}: tuned kernel dispatch with visible performance cliffs",
                            cliffguard::CliffguardVersion())};
   app.require_subcommand(1);

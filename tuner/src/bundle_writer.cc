@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -96,17 +97,27 @@ StatusOr<BundleSpec> MergeBundles(std::span<const BundleSpec> bundles, std::span
     }
   for (auto& [k, e] : by_key) out.entries.push_back(std::move(e));
 
-  // Op defaults: from the source with the most entries of that op that has one.
-  std::map<std::pair<int, int>, std::pair<size_t, const BundleOpDefault*>> chosen;
+  // Op defaults: per (op, dtype, shape class), from the source with the most entries
+  // of that op and class that has one. A default of unspecified class (an older
+  // bundle) serves the classes of its own bundle's entries: it is written once for
+  // each of them, so merging does not widen it to the other sources' shapes.
+  std::map<std::tuple<int, int, int>, std::pair<size_t, BundleOpDefault>> chosen;
   for (const auto& b : bundles)
-    for (const auto& d : b.defaults) {
-      size_t n = std::count_if(b.entries.begin(), b.entries.end(),
-                               [&](const BundleEntry& e) { return e.key.op == d.op && e.key.dtype == d.dtype; });
-      auto key = std::make_pair(static_cast<int>(d.op), static_cast<int>(d.dtype));
-      auto it = chosen.find(key);
-      if (it == chosen.end() || n > it->second.first) chosen[key] = {n, &d};
-    }
-  for (const auto& [k, v] : chosen) out.defaults.push_back(*v.second);
+    for (const auto& d : b.defaults)
+      for (uint8_t c = 1; c < kNumShapeClasses; ++c) {
+        const auto cls = static_cast<ShapeClass>(c);
+        if (d.shape_class != ShapeClass::kUnspecified && d.shape_class != cls) continue;
+        const size_t n = std::count_if(b.entries.begin(), b.entries.end(), [&](const BundleEntry& e) {
+          return e.key.op == d.op && e.key.dtype == d.dtype && ShapeClassOf(e.key) == cls;
+        });
+        if (d.shape_class == ShapeClass::kUnspecified && n == 0) continue;
+        BundleOpDefault x = d;
+        x.shape_class = cls;
+        const auto key = std::make_tuple(static_cast<int>(d.op), static_cast<int>(d.dtype), static_cast<int>(c));
+        auto it = chosen.find(key);
+        if (it == chosen.end() || n > it->second.first) chosen[key] = {n, std::move(x)};
+      }
+  for (auto& [k, v] : chosen) out.defaults.push_back(std::move(v.second));
 
   const BundleSpec* model_src = nullptr;
   for (const auto& b : bundles)

@@ -18,7 +18,7 @@
 #include <random>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
+#include "cliffguard/detail/logging.h"
 
 namespace cliffguard::tuner {
 
@@ -393,7 +393,7 @@ StatusOr<std::vector<MeasureResult>> Measurer::Run(const OpKey& key, std::span<c
     if (rest.empty()) break;
     if (why.empty()) why = "worker ended without a result";
     if (in_flight >= 0 && !interleaved && static_cast<size_t>(in_flight) < schedules.size() && !done[in_flight]) {
-      spdlog::warn("measurer: {} for {}: {}", schedules[in_flight].ToString(), key.ToString(), why);
+      logging::Warn("measurer: {} for {}: {}", schedules[in_flight].ToString(), key.ToString(), why);
       finish(static_cast<size_t>(in_flight), false, 0, why);
     } else {
       // Failure outside any single candidate (start-up, or an interleaved batch):

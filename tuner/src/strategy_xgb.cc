@@ -3,7 +3,7 @@
 // scratch after each Update; each batch is the diverse top of a simulated-annealing
 // search over the model's predictions (explorer.h) plus an epsilon share of random
 // points. Until the model has been trained the batches are random.
-#include <spdlog/spdlog.h>
+#include "cliffguard/detail/logging.h"
 
 #include "cliffguard/tuner/cost_model.h"
 #include "cliffguard/tuner/explorer.h"
@@ -55,7 +55,7 @@ class XgbStrategy final : public StrategyBase {
       ExtractFeatures(r.key, r.schedule, space_.device(), row.data());
       const Status st = model_->AddSample(r.key.Hash(), ScheduleHash(r.schedule), row, r.ok ? r.median_us : 0.0);
       if (!st.ok()) {
-        spdlog::warn("xgb strategy: {}: measurement not used: {}", r.key.ToString(), st.ToString());
+        logging::Warn("xgb strategy: {}: measurement not used: {}", r.key.ToString(), st.ToString());
         continue;
       }
       added = true;
@@ -65,7 +65,7 @@ class XgbStrategy final : public StrategyBase {
 
   void Retrain() {
     const Status st = model_->Retrain();
-    if (!st.ok()) spdlog::warn("xgb strategy: {}: cost model not retrained: {}", space_.key().ToString(), st.ToString());
+    if (!st.ok()) logging::Warn("xgb strategy: {}: cost model not retrained: {}", space_.key().ToString(), st.ToString());
   }
 
   void Score(std::span<const Knobs> points, std::span<float> scores) {
@@ -75,7 +75,7 @@ class XgbStrategy final : public StrategyBase {
       ExtractFeatures(space_.key(), space_.ToSchedule(points[i]), space_.device(), rows_.data() + i * nf);
     const Status st = model_->Predict(rows_.data(), points.size(), nf, scores.data());
     if (!st.ok()) {
-      if (!predict_warned_) spdlog::warn("xgb strategy: {}: prediction failed, scores 0: {}", space_.key().ToString(), st.ToString());
+      if (!predict_warned_) logging::Warn("xgb strategy: {}: prediction failed, scores 0: {}", space_.key().ToString(), st.ToString());
       predict_warned_ = true;
       std::fill(scores.begin(), scores.end(), 0.0f);
     }

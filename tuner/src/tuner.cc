@@ -12,7 +12,7 @@
 #include <unordered_map>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
+#include "cliffguard/detail/logging.h"
 
 #include "cliffguard/tuner/cost_model.h"
 #include "cliffguard/tuner/space.h"
@@ -107,7 +107,8 @@ StatusOr<TuneResult> Tune(const TunerOptions& o) {
   const auto start = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   TuneResult result;
-  result.device = HostCpuDevice(o.threads);
+  CG_ASSIGN_OR_RETURN(const int threads, ResolveThreadBudget(o.threads, "tune: threads"));
+  result.device = HostCpuDevice(threads);
   const DeviceInfo& device = result.device;
   const std::vector<OpKey> keys = [&] {
     std::vector<OpKey> k;
@@ -130,7 +131,7 @@ StatusOr<TuneResult> Tune(const TunerOptions& o) {
     } else if (log.status().code() != StatusCode::kNotFound) {
       return log.status();
     } else {
-      spdlog::info("tune: --resume: log {} does not exist yet; starting a new one", o.log_path);
+      logging::Info("tune: --resume: log {} does not exist yet; starting a new one", o.log_path);
     }
   } else if (exists && std::filesystem::file_size(o.log_path, ec) > 0) {
     return FailedPrecondition(fmt::format(
@@ -148,7 +149,7 @@ StatusOr<TuneResult> Tune(const TunerOptions& o) {
       warm.push_back(*mr);
       ++used;
     }
-    spdlog::info("tune: warm-start log {}: {} of {} records used (device {})", path, used, log->records.size(),
+    logging::Info("tune: warm-start log {}: {} of {} records used (device {})", path, used, log->records.size(),
                  device.fingerprint);
   }
   CG_ASSIGN_OR_RETURN(auto writer, TuningLogWriter::Open(o.log_path, o.resume ? TuningLogWriter::Mode::kAppend
@@ -198,8 +199,8 @@ StatusOr<TuneResult> Tune(const TunerOptions& o) {
     }
   }
   if (other_device)
-    spdlog::warn("tune: {} log records of other devices ignored (this device: {})", other_device, device.fingerprint);
-  if (unresolved) spdlog::warn("tune: {} log records name kernel variants not in this build; ignored", unresolved);
+    logging::Warn("tune: {} log records of other devices ignored (this device: {})", other_device, device.fingerprint);
+  if (unresolved) logging::Warn("tune: {} log records name kernel variants not in this build; ignored", unresolved);
 
   // ---- cost models, one per (device, op) ----
   std::map<OpId, std::unique_ptr<CostModel>> models;
@@ -260,17 +261,17 @@ StatusOr<TuneResult> Tune(const TunerOptions& o) {
         log_result(RecordKind::kDefault, r[0], -1);
         CG_RETURN_IF_ERROR(write_status);
       } else {
-        spdlog::warn("tune: {}: no default schedule: {}", key.ToString(), def.status().message());
+        logging::Warn("tune: {}: no default schedule: {}", key.ToString(), def.status().message());
       }
     }
     if (ks.def && ks.def->ok) sum.default_us = ks.def->median_us;
-    if (ks.def && !ks.def->ok) spdlog::warn("tune: {}: default schedule failed: {}", key.ToString(), ks.def->error);
+    if (ks.def && !ks.def->ok) logging::Warn("tune: {}: default schedule failed: {}", key.ToString(), ks.def->error);
 
     // 2. trials
     auto space = SearchSpace::Create(key, device, variants);
     if (!space.ok()) {
       sum.note = fmt::format("no search space: {}", space.status().message());
-      spdlog::error("tune: {}: {}", key.ToString(), sum.note);
+      logging::Error("tune: {}: {}", key.ToString(), sum.note);
     } else {
       std::vector<MeasureResult> history;
       for (const auto& r : warm)
@@ -394,13 +395,15 @@ StatusOr<TuneResult> Tune(const TunerOptions& o) {
     result.summaries.push_back(sum);
   }
 
-  // ---- per-op bundle default ----
+  // ---- per-op, per-shape-class bundle defaults ----
   std::vector<BundleOpDefault> defaults;
   if (o.bundle_default) {
-    std::map<OpId, std::vector<size_t>> by_op;
+    std::map<std::pair<OpId, ShapeClass>, std::vector<size_t>> by_op;
     for (size_t i = 0; i < outcomes.size(); ++i)
-      if (outcomes[i].has_best) by_op[OpId{outcomes[i].key.op, outcomes[i].key.dtype}].push_back(i);
-    for (const auto& [op, idx] : by_op) {
+      if (outcomes[i].has_best)
+        by_op[{OpId{outcomes[i].key.op, outcomes[i].key.dtype}, ShapeClassOf(outcomes[i].key)}].push_back(i);
+    for (const auto& [group, idx] : by_op) {
+      const auto& [op, shape_class] = group;
       // candidates: the top schedules of every tuned key
       std::vector<Schedule> cands;
       for (size_t i : idx) {
@@ -444,19 +447,34 @@ StatusOr<TuneResult> Tune(const TunerOptions& o) {
         for (double t : times[s])
           if (t > 0 && t < best[s]) best[s] = t;
       }
-      double score = 0;
+      // The built-in default (fitted per shape) on the same scale: a bundle default
+      // ships only when it beats it, so loading the bundle never slows a miss of this class.
+      std::vector<std::vector<double>> builtin_times(idx.size(), std::vector<double>(1, 0));
+      for (size_t s = 0; s < idx.size(); ++s) {
+        const KeyState& ks = state[outcomes[idx[s]].key.ToString()];
+        if (ks.def && ks.def->ok) builtin_times[s][0] = ks.def->median_us;
+      }
+      double score = 0, builtin_score = 0;
       auto w = ChooseBundleDefault(times, best, &score);
-      if (w) {
+      const bool builtin_known = ChooseBundleDefault(builtin_times, best, &builtin_score).has_value();
+      const std::string group_name =
+          fmt::format("{} {} {} shapes", OpKindName(op.op), DTypeName(op.dtype), ShapeClassName(shape_class));
+      if (w && (!builtin_known || score > builtin_score)) {
         BundleOpDefault d;
         d.op = op.op;
         d.dtype = op.dtype;
+        d.shape_class = shape_class;
         d.schedule = ToNamed(cands[*w]);
         defaults.push_back(d);
-        spdlog::info("tune: bundle default for {} {}: {} (geomean {:.1f}% of each shape's best over {} shapes, {} candidates)",
-                     OpKindName(op.op), DTypeName(op.dtype), cands[*w].ToString(), 100 * score, idx.size(), cands.size());
+        logging::Info("tune: bundle default for {}: {} (geomean {:.1f}% of each shape's best over {} shapes, {} "
+                      "candidates; built-in default {:.1f}%)",
+                      group_name, cands[*w].ToString(), 100 * score, idx.size(), cands.size(), 100 * builtin_score);
+      } else if (w) {
+        logging::Info("tune: no bundle default for {}: the best candidate ({:.1f}% of each shape's best) does not beat "
+                      "the built-in default ({:.1f}%)",
+                      group_name, 100 * score, 100 * builtin_score);
       } else {
-        spdlog::warn("tune: no bundle default for {} {}: no candidate is valid for every tuned shape", OpKindName(op.op),
-                     DTypeName(op.dtype));
+        logging::Warn("tune: no bundle default for {}: no candidate is valid for every tuned shape", group_name);
       }
     }
   }
@@ -473,7 +491,7 @@ StatusOr<TuneResult> Tune(const TunerOptions& o) {
           model_bytes = std::move(*bytes);
           most = n;
         } else {
-          spdlog::warn("tune: cost model not written: {}", bytes.status().message());
+          logging::Warn("tune: cost model not written: {}", bytes.status().message());
         }
       }
     }

@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
+#include "cliffguard/detail/logging.h"
 
 namespace cliffguard::tuner {
 
@@ -155,7 +155,7 @@ StatusOr<TuningLogContents> ReadTuningLog(const std::string& path) {
     auto rec = RecordFromJson(line);
     if (!rec.ok() || !complete) {
       if (last) {
-        spdlog::warn("tuning log {}:{}: dropping {} last line ({})", path, line_no,
+        logging::Warn("tuning log {}:{}: dropping {} last line ({})", path, line_no,
                      complete ? "corrupt" : "partial", rec.ok() ? "no newline: the write was cut off" : rec.status().message());
         out.dropped_last_line = true;
         break;

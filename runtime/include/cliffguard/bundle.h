@@ -45,10 +45,14 @@ struct BundleEntry {
   std::string provenance;
 };
 
+// The schedule a runtime uses for a missed key of this op, dtype and shape class
+// (op_key.h) before the built-in default. kUnspecified (bundles written before
+// classes): the classes of this bundle's own entries of the op and dtype.
 struct BundleOpDefault {
   OpKind op = OpKind::kGemm;
   DType dtype = DType::kF32;
   NamedSchedule schedule;
+  ShapeClass shape_class = ShapeClass::kUnspecified;
 };
 
 // An entry or op default that ParseBundle could not decode: an op kind or dtype
@@ -84,6 +88,9 @@ StatusOr<BundleSpec> ParseBundle(std::span<const uint8_t> bytes, std::string_vie
 
 // Reads a whole file with size checks (missing, directory, empty, > kMaxBundleBytes).
 StatusOr<std::vector<uint8_t>> ReadFileBytes(const std::string& path, int64_t max_bytes = kMaxBundleBytes);
+// Reads a bundle file: a file over kMaxBundleBytes is refused before any read, and
+// one whose first 8 bytes lack the bundle file identifier before the rest is read.
+StatusOr<std::vector<uint8_t>> ReadBundleFileBytes(const std::string& path);
 StatusOr<BundleSpec> ReadBundleFile(const std::string& path);
 
 // Writes atomically: an unnamed file in the same directory (O_TMPFILE), fsync, then
@@ -122,10 +129,22 @@ struct ResolvedEntry {
   double tuned_us = 0, default_us = 0;
 };
 
+// An op default resolved against this build: it serves missed keys of its op and
+// dtype whose ShapeClassOf is in `classes` (a bit per ShapeClass value).
+struct ResolvedDefault {
+  OpKind op = OpKind::kGemm;
+  DType dtype = DType::kF32;
+  uint8_t classes = 0;
+  Schedule schedule;
+  bool Serves(const OpKey& key) const {
+    return key.op == op && key.dtype == dtype && (classes >> static_cast<int>(ShapeClassOf(key)) & 1);
+  }
+};
+
 struct ResolvedBundle {
   std::vector<ResolvedEntry> entries;
   std::vector<RejectedEntry> rejected;
-  std::vector<std::pair<OpKey, Schedule>> defaults;  // key carries op+dtype only
+  std::vector<ResolvedDefault> defaults;
   std::vector<RejectedEntry> rejected_defaults;
 };
 

@@ -4,8 +4,11 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
+
+#include "cliffguard/status.h"
 
 namespace cliffguard {
 
@@ -47,7 +50,20 @@ DeviceInfo HostCpuDevice(int threads = 0);
 // Recomputes `properties` and `fingerprint` from the other fields.
 void FinalizeDeviceInfo(DeviceInfo& d);
 
-// The thread budget `HostCpuDevice(0)` would use.
+// The thread budget `HostCpuDevice(0)` would use: CLIFFGUARD_THREADS when it is a
+// valid budget, else AvailableCpus(). Use ResolveThreadBudget to refuse a bad value.
 int DefaultThreadBudget();
+
+// The CPUs this process may run on (its affinity mask).
+int AvailableCpus();
+
+inline constexpr int kMaxThreadBudget = 1024;
+
+// The thread budget for a requested value: requested in [1, kMaxThreadBudget] as it
+// is; 0 takes CLIFFGUARD_THREADS, else AvailableCpus(). A negative or too large
+// request, or a CLIFFGUARD_THREADS that is not an integer in [1, kMaxThreadBudget]
+// (e.g. "abc", "0", "-2", "5000"), is kInvalidArgument naming the value and the rule.
+// `origin` names the setting in messages (e.g. "RuntimeOptions.threads").
+StatusOr<int> ResolveThreadBudget(int requested, std::string_view origin);
 
 }  // namespace cliffguard

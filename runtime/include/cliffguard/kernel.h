@@ -35,6 +35,8 @@ using ParamValues = std::array<int32_t, kMaxParams>;
 // op(A) is m x k: A is m x k with lda >= k, or (trans_a) k x m with lda >= m.
 // op(B) is k x n: B is k x n with ldb >= n, or (trans_b) n x k with ldb >= k.
 // C is m x n with ldc >= n. When beta == 0, C is not read (NaNs in C are ignored).
+// alpha and beta are not checked: NaN or infinity is accepted and propagates into C
+// as in BLAS (beta == 0 still ignores C).
 // Pointers are host memory on the cpu backend and device memory on cuda.
 struct GemmArgs {
   DType dtype = DType::kF32;

@@ -40,11 +40,15 @@ struct MissReport {
   int schema_version = 1;
   std::string device_fingerprint;
   std::string device_name;
+  int device_threads = 0;          // the runtime's thread budget (0: not recorded)
+  std::string host;                // hostname of the process that wrote it ("" unknown)
+  int64_t pid = 0;                 // that process (a child of fork() reports on its own)
   double generated_at = 0;         // unix seconds
   uint64_t calls = 0;              // hits + misses over every key
   uint64_t hits = 0;
   uint64_t misses = 0;
   double expected_speedup = 1.0;   // used for expected_gain_us
+  std::string expected_speedup_basis;  // how expected_speedup was obtained, for people
   std::vector<MissRecord> records; // ranked: expected_gain_us, then fallback time, then count
 };
 

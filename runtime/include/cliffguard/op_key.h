@@ -21,6 +21,8 @@ const char* DTypeName(DType dtype);    // "f32", "f16", "bf16"
 StatusOr<OpKind> ParseOpKind(std::string_view s);
 StatusOr<DType> ParseDType(std::string_view s);
 size_t DTypeSize(DType dtype);
+inline constexpr uint8_t kNumOpKinds = 2;  // valid OpKind values are [0, kNumOpKinds)
+inline constexpr uint8_t kNumDTypes = 3;   // valid DType values are [0, kNumDTypes)
 
 // Dimensions are held in `dims`; which slot means what depends on `op`:
 //   gemm:   m, n, k
@@ -48,8 +50,9 @@ struct OpKey {
   // Floating-point operations of one call (2*m*n*k for gemm).
   double Flops() const;
 
-  // Checks that every dimension is in range for its op (>= 1; strides >= 1,
-  // pads >= 0; products fit in int64). Names the dimension and the rule.
+  // Checks that op and dtype are known values and every dimension is in range for
+  // its op (>= 1; strides >= 1, pads >= 0; products fit in int64). Names the value
+  // and the rule.
   Status Validate() const;
 
   // Canonical text form (see the file comment). Parse(ToString()) == *this.
@@ -70,6 +73,23 @@ struct OpKey {
   }
   friend bool operator!=(const OpKey& a, const OpKey& b) { return !(a == b); }
 };
+
+// Shape classes: a bundle's per-op default schedule is chosen from the tuned shapes
+// of one class and applied only to missed shapes of that class, because a schedule
+// chosen for large shapes (many threads, large blocks) can be far slower than the
+// built-in default on small or skinny ones. Classes use the GEMM view of a key
+// (conv2d as implicit GEMM: m = n*oh*ow, n = oc, k = ic*kh*kw):
+//   skinny: min(m, n) <= 16       (decode steps, matrix-vector-like products)
+//   small:  m*n*k <= 2^21 (128^3), not skinny
+//   large:  the rest
+// kUnspecified marks op defaults of bundles written before classes existed; such a
+// default applies to the classes of that bundle's own tuned entries of its op.
+enum class ShapeClass : uint8_t { kUnspecified = 0, kSkinny = 1, kSmall = 2, kLarge = 3 };
+inline constexpr uint8_t kNumShapeClasses = 4;
+const char* ShapeClassName(ShapeClass c);  // "unspecified", "skinny", "small", "large"
+StatusOr<ShapeClass> ParseShapeClass(std::string_view s);
+// The class of a valid key: kSkinny, kSmall or kLarge (never kUnspecified).
+ShapeClass ShapeClassOf(const OpKey& key);
 
 inline uint64_t MixHash64(uint64_t x) {
   x ^= x >> 33;

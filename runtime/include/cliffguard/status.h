@@ -68,6 +68,7 @@ class [[nodiscard]] StatusOr {
   T&& value() && { return std::get<T>(std::move(v_)); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
 
