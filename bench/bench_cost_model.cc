@@ -38,8 +38,8 @@ Status Check(const KernelVariant&, const OpKey&, const ParamValues& p, const Dev
   return p[4] <= d.threads ? Status::Ok() : InvalidArgument("threads");
 }
 const KernelVariant kFallback[] = {
-    {"bench_gemm_16x32", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, 16, 32, kParams, nullptr, Check, nullptr, nullptr},
-    {"bench_gemm_8x32", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, 8, 32, kParams, nullptr, Check, nullptr, nullptr},
+    {"bench_gemm_16x32", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, kParams, nullptr, Check, nullptr, {.gemm = nullptr}, {.gemm = {16, 32}}},
+    {"bench_gemm_8x32", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, kParams, nullptr, Check, nullptr, {.gemm = nullptr}, {.gemm = {8, 32}}},
 };
 
 const char* g_table = "built-in table";

@@ -67,19 +67,7 @@ Fixture& F() {
 
 struct Operands {
   float a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 4}, c[4] = {};
-  GemmArgs Args(const OpKey& key) {
-    GemmArgs g;
-    g.m = key.m();
-    g.n = key.n();
-    g.k = key.k();
-    g.a = a;
-    g.lda = key.k();
-    g.b = b;
-    g.ldb = key.n();
-    g.c = c;
-    g.ldc = key.n();
-    return g;
-  }
+  GemmArgs Args(const OpKey& key) { return DenseGemmArgs(key, a, b, c); }
 };
 
 void BM_kernel_direct_hit(benchmark::State& state) {

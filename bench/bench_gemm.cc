@@ -138,20 +138,7 @@ struct Operands {
     for (auto& x : a) x = d(rng);
     for (auto& x : b) x = d(rng);
   }
-  GemmArgs Args(const Shape& s) {
-    GemmArgs g;
-    g.m = s.m;
-    g.n = s.n;
-    g.k = s.k;
-    g.a = a.data();
-    g.lda = s.k;
-    g.b = b.data();
-    g.ldb = s.n;
-    g.c = c.data();
-    g.ldc = s.n;
-    g.beta = 0.0f;
-    return g;
-  }
+  GemmArgs Args(const Shape& s) { return DenseGemmArgs(OpKey::Gemm(s.m, s.n, s.k), a.data(), b.data(), c.data()); }
 };
 
 double ProcessCpuSeconds() {

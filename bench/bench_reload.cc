@@ -63,14 +63,7 @@ void BM_HitAfterReloads(benchmark::State& state) {
   const std::vector<uint8_t> bytes = cg::SerializeBundle(spec);
 
   float a = 1.f, b = 2.f, c = 0.f;
-  cg::GemmArgs args;
-  args.m = args.n = args.k = 1;
-  args.a = &a;
-  args.lda = 1;
-  args.b = &b;
-  args.ldb = 1;
-  args.c = &c;
-  args.ldc = 1;
+  const cg::GemmArgs args = cg::DenseGemmArgs(cg::OpKey::Gemm(1, 1, 1), &a, &b, &c);
 
   if (!rt.ReplaceBundles({path}).ok()) return state.SkipWithError("load failed");
   for (int r = 0; r < reloads; ++r) {

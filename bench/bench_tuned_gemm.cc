@@ -134,13 +134,9 @@ void RegisterAll() {
         if (!sched.ok()) return st.SkipWithError(sched.status().ToString().c_str());
         st.SetLabel(sched->ToString());
         Buffers buf(s, device);
-        GemmArgs g;
-        g.m = s.m, g.n = s.n, g.k = s.k;
-        g.lda = s.k, g.ldb = s.n, g.ldc = s.n;
         for (auto _ : st) {
           auto& x = buf.Next();
-          g.a = x.a.data(), g.b = x.b.data(), g.c = x.c.data();
-          Status ok = RunGemm(*sched, g);
+          Status ok = RunGemm(*sched, DenseGemmArgs(key, x.a.data(), x.b.data(), x.c.data()));
           if (!ok.ok()) return st.SkipWithError(ok.ToString().c_str());
         }
         SetRate(st, s);

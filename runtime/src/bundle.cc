@@ -19,6 +19,15 @@
 namespace cliffguard {
 namespace {
 
+// The schema's enums mirror the tables (defs/*.inc), value for value.
+#define CG_OP_KIND(e, name, ...) static_assert(int(fb::OpKind::name) == int(OpKind::e));
+#include "cliffguard/defs/op_kinds.inc"
+#define CG_DTYPE(e, name, ...) static_assert(int(fb::DType::name) == int(DType::e));
+#include "cliffguard/defs/dtypes.inc"
+#define CG_BACKEND(e, name) static_assert(int(fb::Backend::name) == int(Backend::e));
+#include "cliffguard/defs/backends.inc"
+static_assert(int(fb::OpKind::MAX) + 1 == kNumOpKinds && int(fb::DType::MAX) + 1 == kNumDTypes);
+
 std::string Str(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
 std::string_view View(const flatbuffers::String* s) { return s ? s->string_view() : std::string_view(); }
 
@@ -58,7 +67,7 @@ StatusOr<OpKey> ReadKey(const fb::OpKey* k) {
   key.dtype = static_cast<DType>(dt);
   key.trans_a = k->trans_a();
   key.trans_b = k->trans_b();
-  const int nshape = key.op == OpKind::kGemm ? 3 : 7, nattrs = key.op == OpKind::kGemm ? 0 : 4;
+  const int nshape = InfoOf(key.op).shape_dims, nattrs = InfoOf(key.op).dims - nshape;
   const size_t got_shape = k->shape() ? k->shape()->size() : 0, got_attrs = k->attrs() ? k->attrs()->size() : 0;
   if (got_shape != size_t(nshape) || got_attrs != size_t(nattrs))
     return InvalidArgument(fmt::format("{} key needs {} shape and {} attribute values, has {} and {}",
@@ -70,15 +79,15 @@ StatusOr<OpKey> ReadKey(const fb::OpKey* k) {
 }
 
 flatbuffers::Offset<fb::OpKey> WriteKey(flatbuffers::FlatBufferBuilder& fbb, const OpKey& key) {
-  const int nshape = key.op == OpKind::kGemm ? 3 : 7, nattrs = key.op == OpKind::kGemm ? 0 : 4;
+  const int nshape = InfoOf(key.op).shape_dims, nattrs = InfoOf(key.op).dims - nshape;
   std::vector<int64_t> shape(key.dims.begin(), key.dims.begin() + nshape);
   std::vector<int64_t> attrs(key.dims.begin() + nshape, key.dims.begin() + nshape + nattrs);
   return fb::CreateOpKeyDirect(fbb, static_cast<fb::OpKind>(key.op), static_cast<fb::DType>(key.dtype), key.trans_a,
                                key.trans_b, &shape, &attrs);
 }
 
-// Resolves a schedule by name; cached variant lookup for the common case of many
-// entries naming the same variant.
+// Resolves a stored schedule by name (Schedule::SetParam's checks); cached variant
+// lookup for the common case of many entries naming the same variant.
 struct ScheduleResolver {
   const KernelVariant* last = nullptr;
 
@@ -88,30 +97,11 @@ struct ScheduleResolver {
     const std::string_view name = s->variant()->string_view();
     if (!last || name != last->name) last = FindKernelVariant(name);
     if (!last) return NotFound(fmt::format("kernel variant '{}' is not in this build", name));
-    const KernelVariant& v = *last;
-    out = Schedule{};
-    out.variant = &v;
-    for (size_t i = 0; i < v.params.size(); ++i) out.params[i] = v.params[i].default_value;
+    out = Schedule::Defaults(*last);
     why = EntryRejection::kBadParameter;
     uint32_t seen = 0;
-    if (s->params()) {
-      const auto& ps = *s->params();
-      for (flatbuffers::uoffset_t j = 0; j < ps.size(); ++j) {
-        const fb::Param* p = ps.Get(j);
-        const std::string_view pname = View(p->name());
-        int idx = (j < v.params.size() && pname == v.params[j].name) ? static_cast<int>(j) : v.ParamIndex(pname);
-        if (idx < 0) return InvalidArgument(fmt::format("{}: unknown parameter '{}'", v.name, pname));
-        if (seen & (1u << idx)) return InvalidArgument(fmt::format("{}: parameter '{}' is given twice", v.name, pname));
-        seen |= 1u << idx;
-        const auto& vals = v.params[idx].values;
-        const int64_t value = p->value();
-        if (value < INT32_MIN || value > INT32_MAX ||
-            !std::binary_search(vals.begin(), vals.end(), static_cast<int32_t>(value)))
-          return OutOfRange(fmt::format("{}: {}={} is not an allowed value (from {} to {})", v.name, pname, value,
-                                        vals.front(), vals.back()));
-        out.params[idx] = static_cast<int32_t>(value);
-      }
-    }
+    if (s->params())
+      for (const fb::Param* p : *s->params()) CG_RETURN_IF_ERROR(out.SetParam(View(p->name()), p->value(), seen));
     return Status::Ok();
   }
 };
@@ -197,7 +187,7 @@ StatusOr<const fb::Bundle*> VerifyBundle(std::span<const uint8_t> bytes, std::st
   if (b->schema_version() == 0) return DataLoss(fmt::format("bundle '{}': schema_version 0 is invalid", source));
   if (!b->device()) return DataLoss(fmt::format("bundle '{}': has no device", source));
   const auto backend = static_cast<uint8_t>(b->device()->backend());
-  if (backend > static_cast<uint8_t>(Backend::kCuda))
+  if (backend > static_cast<uint8_t>(fb::Backend::MAX))
     return DataLoss(fmt::format("bundle '{}': device backend {} is unknown", source, backend));
   return b;
 }
@@ -318,11 +308,9 @@ ResolvedBundle ResolveVerifiedBundle(const fb::Bundle& b, const DeviceInfo& devi
       Schedule s;
       EntryRejection why;
       Status st = resolver.Resolve(d->schedule(), s, why);
-      if (st.ok() && (s.variant->op != key.op || s.variant->dtype != key.dtype || s.variant->backend != device.backend ||
-                      (s.variant->isa & device.isa) != s.variant->isa)) {
-        why = EntryRejection::kUnsupported;
-        st = Unimplemented(fmt::format("{} cannot run {} {} on this device", s.variant->name, OpKindName(key.op),
-                                       DTypeName(key.dtype)));
+      if (st.ok()) {
+        st = VariantRunsOn(*s.variant, key.op, key.dtype, device);
+        if (!st.ok()) why = EntryRejection::kUnsupported;
       }
       const auto sc = static_cast<uint8_t>(d->shape_class());
       if (st.ok() && sc >= kNumShapeClasses) {
@@ -353,59 +341,6 @@ ResolvedBundle ResolveBundle(const BundleSpec& spec, const DeviceInfo& device) {
 
 namespace {
 
-// Reads a whole regular file of at most max_bytes. When check_head is set, the first
-// head_bytes (or the whole file when shorter) are read and checked before the rest.
-StatusOr<std::vector<uint8_t>> ReadFileChecked(const std::string& path, int64_t max_bytes, size_t head_bytes,
-                                               Status (*check_head)(const std::string&, std::span<const uint8_t>)) {
-  // O_NONBLOCK: opening a FIFO must not block; the file type is checked next.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return IoError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return IoError(fmt::format("cannot stat '{}': {}", path, std::strerror(err)));
-  }
-  if (S_ISDIR(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgument(fmt::format("'{}' is a directory, not a file", path));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgument(fmt::format("'{}' is not a regular file", path));
-  }
-  if (st.st_size > max_bytes) {
-    ::close(fd);
-    return InvalidArgument(fmt::format("'{}' is {} bytes, over the limit of {}", path, int64_t(st.st_size), max_bytes));
-  }
-  const size_t size = static_cast<size_t>(st.st_size);
-  // With a head check, only the head is allocated and read until it passes.
-  std::vector<uint8_t> data(check_head ? std::min(head_bytes, size) : size);
-  size_t done = 0;
-  while (done < size) {
-    if (done == data.size()) {
-      if (Status h = check_head(path, {data.data(), done}); !h.ok()) {
-        ::close(fd);
-        return h;
-      }
-      data.resize(size);
-    }
-    const ssize_t n = ::read(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return IoError(fmt::format("cannot read '{}': {}", path, std::strerror(err)));
-    }
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  data.resize(done);
-  if (data.empty()) return DataLoss(fmt::format("'{}' is empty", path));
-  return data;
-}
-
 Status CheckBundleHead(const std::string& path, std::span<const uint8_t> head) {
   if (head.size() < 8) return Status::Ok();  // too short: VerifyBundle names it
   if (fb::BundleBufferHasIdentifier(head.data())) return Status::Ok();
@@ -414,12 +349,8 @@ Status CheckBundleHead(const std::string& path, std::span<const uint8_t> head) {
 
 }  // namespace
 
-StatusOr<std::vector<uint8_t>> ReadFileBytes(const std::string& path, int64_t max_bytes) {
-  return ReadFileChecked(path, max_bytes, 0, nullptr);
-}
-
 StatusOr<std::vector<uint8_t>> ReadBundleFileBytes(const std::string& path) {
-  return ReadFileChecked(path, kMaxBundleBytes, 8, CheckBundleHead);
+  return ReadFileBytesChecked(path, kMaxBundleBytes, 8, CheckBundleHead);
 }
 
 StatusOr<BundleSpec> ReadBundleFile(const std::string& path) {
@@ -427,86 +358,6 @@ StatusOr<BundleSpec> ReadBundleFile(const std::string& path) {
   return ParseBundle(bytes, path);
 }
 
-namespace {
-
-// Gives the unnamed file `fd` (O_TMPFILE) a fresh name beside `path`. AT_EMPTY_PATH
-// needs CAP_DAC_READ_SEARCH; /proc/self/fd works without it.
-StatusOr<std::string> NameUnnamedFile(int fd, const std::string& path) {
-  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyz0123456789";
-  uint64_t r = MixHash64(static_cast<uint64_t>(::getpid()) ^
-                         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
-  const std::string proc = fmt::format("/proc/self/fd/{}", fd);
-  for (int attempt = 0; attempt < 64; ++attempt) {
-    std::string name = path + ".tmp.";
-    for (int i = 0; i < 6; ++i, r /= 36) name += kChars[r % 36];
-    r = MixHash64(r + attempt + 1);
-    if (::linkat(fd, "", AT_FDCWD, name.c_str(), AT_EMPTY_PATH) == 0) return name;
-    if (errno == EEXIST) continue;
-    if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) return name;
-    if (errno != EEXIST) return IoError(fmt::format("cannot name a temporary file beside '{}': {}", path, std::strerror(errno)));
-  }
-  return IoError(fmt::format("cannot name a temporary file beside '{}': 64 names taken", path));
-}
-
-}  // namespace
-
-Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> bytes) {
-  if (path.empty()) return InvalidArgument("output path is empty");
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return InvalidArgument(fmt::format("'{}' is a directory, not a file", path));
-    // Renaming over a device node or FIFO would replace it: refuse.
-    if (!S_ISREG(st.st_mode)) return InvalidArgument(fmt::format("'{}' exists and is not a regular file", path));
-  }
-  // Preferred: an unnamed file (O_TMPFILE) that gets a name only once it is complete
-  // and on disk, so a crash while writing leaves nothing behind. Filesystems without
-  // O_TMPFILE get a named temporary (mkstemp), which a crash can leave.
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
-  const bool unnamed = fd >= 0;
-  std::string tmp;  // the temporary's name; empty while the file is unnamed
-  if (!unnamed) {
-    tmp = path + ".tmp.XXXXXX";  // mkstemp's template
-    fd = ::mkstemp(tmp.data());
-  }
-  if (fd < 0) return IoError(fmt::format("cannot create a temporary file beside '{}': {}", path, std::strerror(errno)));
-  auto fail = [&](const char* what) {
-    const int err = errno;
-    ::close(fd);
-    if (!tmp.empty()) ::unlink(tmp.c_str());
-    return IoError(fmt::format("cannot {} the temporary file beside '{}': {}; '{}' is unchanged", what, path,
-                               std::strerror(err), path));
-  };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return fail("write");
-    done += static_cast<size_t>(n);
-  }
-  if (::fchmod(fd, 0644) != 0) return fail("chmod");
-  if (::fsync(fd) != 0) return fail("fsync");
-  if (unnamed) {
-    auto name = NameUnnamedFile(fd, path);
-    if (!name.ok()) {
-      ::close(fd);
-      return name.status();
-    }
-    tmp = *name;
-  }
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return IoError(fmt::format("cannot close '{}': {}; '{}' is unchanged", tmp, std::strerror(err), path));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return IoError(fmt::format("cannot rename '{}' to '{}': {}", tmp, path, std::strerror(err)));
-  }
-  return Status::Ok();
-}
 
 Status WriteBundleFile(const std::string& path, const BundleSpec& spec) {
   const std::vector<uint8_t> bytes = SerializeBundle(spec);

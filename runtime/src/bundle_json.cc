@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cliffguard/bundle.h"
+#include "cliffguard/detail/json_reader.h"
 
 namespace cliffguard {
 namespace {
@@ -62,90 +63,7 @@ StatusOr<std::vector<uint8_t>> Base64Decode(std::string_view in) {
   return out;
 }
 
-ordered_json ScheduleJson(const NamedSchedule& s) {
-  ordered_json params = ordered_json::object();
-  for (const auto& [name, value] : s.params) params[name] = value;
-  return ordered_json{{"variant", s.variant}, {"params", params}};
-}
-
-// Typed field access that turns every JSON type error into a Status naming the path.
-class Reader {
- public:
-  explicit Reader(std::string path) : path_(std::move(path)) {}
-  Status status() const { return status_; }
-
-  const ordered_json* Field(const ordered_json& obj, const char* name, bool required) {
-    if (!status_.ok()) return nullptr;
-    if (!obj.is_object()) {
-      Fail(fmt::format("{} must be an object", path_));
-      return nullptr;
-    }
-    auto it = obj.find(name);
-    if (it == obj.end()) {
-      if (required) Fail(fmt::format("{}: field '{}' is required", path_, name));
-      return nullptr;
-    }
-    return &*it;
-  }
-  std::string String(const ordered_json& obj, const char* name, bool required = true) {
-    const ordered_json* f = Field(obj, name, required);
-    if (!f) return {};
-    if (!f->is_string()) return Fail(fmt::format("{}.{} must be a string", path_, name)), std::string();
-    return f->get<std::string>();
-  }
-  int64_t Int(const ordered_json& obj, const char* name, bool required = true, int64_t lo = INT64_MIN,
-              int64_t hi = INT64_MAX) {
-    const ordered_json* f = Field(obj, name, required);
-    if (!f) return 0;
-    if (!f->is_number_integer()) return Fail(fmt::format("{}.{} must be an integer", path_, name)), 0;
-    const int64_t v = f->is_number_unsigned() && f->get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX : f->get<int64_t>();
-    if (v < lo || v > hi) return Fail(fmt::format("{}.{}={} must be in [{}, {}]", path_, name, v, lo, hi)), 0;
-    return v;
-  }
-  uint64_t UInt(const ordered_json& obj, const char* name, bool required = true) {
-    const ordered_json* f = Field(obj, name, required);
-    if (!f) return 0;
-    if (!f->is_number_unsigned()) return Fail(fmt::format("{}.{} must be a non-negative integer", path_, name)), 0;
-    return f->get<uint64_t>();
-  }
-  double Number(const ordered_json& obj, const char* name, bool required = true) {
-    const ordered_json* f = Field(obj, name, required);
-    if (!f) return 0;
-    if (!f->is_number()) return Fail(fmt::format("{}.{} must be a number", path_, name)), 0;
-    const double v = f->get<double>();
-    if (!std::isfinite(v) || v < 0) return Fail(fmt::format("{}.{}={} must be a finite number >= 0", path_, name, v)), 0;
-    return v;
-  }
-  NamedSchedule Schedule(const ordered_json& obj, const char* name) {
-    NamedSchedule s;
-    const ordered_json* f = Field(obj, name, true);
-    if (!f) return s;
-    Reader sub(path_ + "." + name);
-    s.variant = sub.String(*f, "variant");
-    if (const ordered_json* p = sub.Field(*f, "params", false)) {
-      if (!p->is_object()) {
-        sub.Fail(fmt::format("{}.{}.params must be an object of name: integer", path_, name));
-      } else {
-        for (auto it = p->begin(); it != p->end(); ++it) {
-          if (!it.value().is_number_integer()) {
-            sub.Fail(fmt::format("{}.{}.params.{} must be an integer", path_, name, it.key()));
-            break;
-          }
-          s.params.emplace_back(it.key(), it.value().get<int64_t>());
-        }
-      }
-    }
-    if (!sub.status().ok()) status_ = sub.status();
-    return s;
-  }
-  void Fail(std::string m) {
-    if (status_.ok()) status_ = InvalidArgument(std::move(m));
-  }
-
- private:
-  std::string path_;
-  Status status_;
-};
+using Reader = detail::JsonReader;
 
 }  // namespace
 
@@ -166,7 +84,7 @@ std::string BundleToJson(const BundleSpec& spec, int indent) {
   ordered_json entries = ordered_json::array();
   for (const BundleEntry& e : spec.entries) {
     entries.push_back(ordered_json{{"key", e.key.ToString()},
-                                   {"schedule", ScheduleJson(e.schedule)},
+                                   {"schedule", detail::ScheduleToJson(e.schedule)},
                                    {"tuned_us", e.tuned_us},
                                    {"default_us", e.default_us},
                                    {"trials", e.trials},
@@ -178,7 +96,7 @@ std::string BundleToJson(const BundleSpec& spec, int indent) {
   for (const BundleOpDefault& d : spec.defaults) {
     ordered_json o{{"op", OpKindName(d.op)}, {"dtype", DTypeName(d.dtype)}};
     if (d.shape_class != ShapeClass::kUnspecified) o["shape_class"] = ShapeClassName(d.shape_class);
-    o["schedule"] = ScheduleJson(d.schedule);
+    o["schedule"] = detail::ScheduleToJson(d.schedule);
     defaults.push_back(std::move(o));
   }
   j["defaults"] = defaults;
@@ -212,19 +130,7 @@ StatusOr<BundleSpec> BundleFromJson(std::string_view text) {
   spec.device.vendor = d.String(*dev, "vendor", false);
   spec.device.arch = d.String(*dev, "arch");
   spec.device.fingerprint = d.String(*dev, "fingerprint");
-  if (const ordered_json* props = d.Field(*dev, "properties", false)) {
-    if (!props->is_object()) {
-      d.Fail("bundle.device.properties must be an object of name: integer");
-    } else {
-      for (auto it = props->begin(); it != props->end(); ++it) {
-        if (!it.value().is_number_integer()) {
-          d.Fail(fmt::format("bundle.device.properties.{} must be an integer", it.key()));
-          break;
-        }
-        spec.device.properties.emplace_back(it.key(), it.value().get<int64_t>());
-      }
-    }
-  }
+  spec.device.properties = d.IntMap(*dev, "properties", false);
   CG_RETURN_IF_ERROR(d.status());
   for (const auto& [name, v] : spec.device.properties) {
     if (name == "family") spec.device.family = int(v);

@@ -107,12 +107,27 @@ const CpuProbe& Probe() {
 
 }  // namespace
 
-const char* BackendName(Backend b) { return b == Backend::kCuda ? "cuda" : "cpu"; }
+const char* BackendName(Backend b) {
+  switch (b) {
+#define CG_BACKEND(e, name) \
+  case Backend::e: return #name;
+#include "cliffguard/defs/backends.inc"
+  }
+  return "?";
+}
 
 const char* IsaLevelName(uint32_t mask) {
-  if (mask & kIsaAvx512) return "avx512";
-  if (mask & kIsaAvx2) return "avx2";
-  return "scalar";
+  static constexpr struct {
+    uint32_t bit;
+    const char* name;
+  } kLevels[] = {
+#define CG_ISA(e, bit, name, meaning) {e, #name},
+#include "cliffguard/defs/isa_levels.inc"
+  };
+  const char* out = kLevels[0].name;
+  for (const auto& l : kLevels)
+    if (mask & l.bit) out = l.name;
+  return out;
 }
 
 int AvailableCpus() {
@@ -147,23 +162,44 @@ int DefaultThreadBudget() {
   return b.ok() ? *b : AvailableCpus();
 }
 
+namespace {
+
+uint64_t Fnv1a(std::string_view basis) {
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a, then mixed: stable across builds and hosts
+  for (unsigned char ch : basis) h = (h ^ ch) * 0x100000001b3ULL;
+  return MixHash64(h);
+}
+
+}  // namespace
+
 void FinalizeDeviceInfo(DeviceInfo& d) {
   if (d.backend == Backend::kCpu) {
     d.properties = {{"family", d.family}, {"model", d.model},       {"isa", d.isa},
                     {"threads", d.threads}, {"l1d_bytes", d.l1d_bytes}, {"l2_bytes", d.l2_bytes},
                     {"l3_bytes", d.l3_bytes}};
+    // The hardware and the budget; not the ISA bits (a new probed feature must not
+    // turn existing bundles into device misses).
+    std::string basis = fmt::format("{}|{}|{}", BackendName(d.backend), d.vendor, d.name);
+    for (const auto& [k, v] : d.properties)
+      if (k != "isa") basis += fmt::format("|{}={}", k, v);
+    d.fingerprint = fmt::format("cpu-t{}-{:016x}", d.threads, Fnv1a(basis));
+    // cliffguard 0.1: arch and every property, isa included.
+    std::string legacy = fmt::format("{}|{}|{}|{}", BackendName(d.backend), d.vendor, d.name, d.arch);
+    for (const auto& [k, v] : d.properties) legacy += fmt::format("|{}={}", k, v);
+    d.legacy_fingerprint = fmt::format("cpu-{}-t{}-{:016x}", d.arch, d.threads, Fnv1a(legacy));
+    return;
   }
   std::string basis = fmt::format("{}|{}|{}|{}", BackendName(d.backend), d.vendor, d.name, d.arch);
   for (const auto& [k, v] : d.properties) basis += fmt::format("|{}={}", k, v);
-  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a, then mixed: stable across builds and hosts
-  for (unsigned char ch : basis) h = (h ^ ch) * 0x100000001b3ULL;
-  d.fingerprint = fmt::format("{}-{}-t{}-{:016x}", BackendName(d.backend), d.arch, d.threads, MixHash64(h));
+  d.fingerprint = fmt::format("{}-{}-{:016x}", BackendName(d.backend), d.arch, Fnv1a(basis));
+  d.legacy_fingerprint.clear();
 }
 
 DeviceInfo HostCpuDevice(int threads) {
   const CpuProbe& p = Probe();
   DeviceInfo d;
   d.backend = Backend::kCpu;
+  d.spec = "cpu";
   d.name = p.brand.empty() ? "unknown x86-64" : p.brand;
   d.vendor = p.vendor;
   d.isa = p.isa;

@@ -1,5 +1,7 @@
 #include "dispatch_table.h"
 
+#include "ops/op_table.h"
+
 #include <algorithm>
 #include <bit>
 
@@ -26,7 +28,7 @@ DispatchTable::DispatchTable(std::vector<Input> in, bool has_device_bundle,
     e.key = x.key;
     e.schedule = x.schedule;
     e.rejected = x.rejected;
-    if (e.key.op == OpKind::kGemm) e.ld = GemmLeadingDimBounds(e.key);
+    e.bounds = OpRuntimeOf(e.key.op).arg_bounds(e.key);
     e.index = static_cast<uint32_t>(entries_.size());
     e.tuned_us = x.tuned_us;
     e.default_us = x.default_us;

@@ -39,12 +39,19 @@ class KeyIndex {
   int shift_;  // slot = hash >> shift_: the high bits (OpKey::Hash)
 };
 
+// Bounds a call's arguments must meet for one key, computed once per key by the
+// key's op (ops/op_table.h) so that a hit checks them without the op's rule; gemm:
+// lda, ldb, ldc each in [lo, hi].
+struct ArgBounds {
+  int64_t lo[4] = {}, hi[4] = {};
+};
+
 struct TableEntry {
   OpKey key;
   Schedule schedule;     // variant == nullptr when rejected
   bool rejected = false; // present in a bundle for this device but unusable
   uint32_t index = 0;    // position in entries(); indexes per-thread hit counters
-  GemmLdBounds ld{};     // gemm keys: the leading dimensions a call may pass
+  ArgBounds bounds{};    // what a call with this key may pass
   double tuned_us = 0, default_us = 0;
 };
 
@@ -68,18 +75,6 @@ class DispatchTable {
     return Probe(hash, [&](const OpKey& k) { return k == key; });
   }
 
-  // The hit path for a GEMM call: matches without building an OpKey. Gemm keys in
-  // the table have zero unused dimensions (OpKey::Validate), so comparing the gemm
-  // fields is key equality.
-  const TableEntry* FindGemm(const GemmArgs& a, uint64_t hash) const {
-    const uint32_t head = static_cast<uint32_t>(OpKind::kGemm) | (static_cast<uint32_t>(a.dtype) << 8) |
-                          (static_cast<uint32_t>(a.trans_a) << 16) | (static_cast<uint32_t>(a.trans_b) << 24);
-    return Probe(hash, [&](const OpKey& k) {
-      return ((k.dims[0] ^ a.m) | (k.dims[1] ^ a.n) | (k.dims[2] ^ a.k)) == 0 &&
-             HeadWord(reinterpret_cast<const unsigned char*>(&k)) == head;
-    });
-  }
-
   const std::vector<TableEntry>& entries() const { return entries_; }
   size_t size() const { return entries_.size(); }
   bool has_device_bundle() const { return has_device_bundle_; }
@@ -95,19 +90,19 @@ class DispatchTable {
     return found && found->rejected ? MissKind::kRejectedEntry : MissKind::kShapeMiss;
   }
 
- private:
   // A key's op, dtype, trans_a and trans_b as one word (op in the lowest byte, as
   // KeyHeaderHash builds it): one compare instead of four.
-  static uint32_t HeadWord(const unsigned char* bytes) {
+  static uint32_t HeadWord(const OpKey& k) {
     static_assert(offsetof(OpKey, op) == 0 && offsetof(OpKey, dtype) == 1 && offsetof(OpKey, trans_a) == 2 &&
                   offsetof(OpKey, trans_b) == 3);
     static_assert(std::endian::native == std::endian::little);
     uint32_t w;
-    std::memcpy(&w, bytes, sizeof w);
+    std::memcpy(&w, &k, sizeof w);
     return w;
   }
 
-  // Linear probing from hash; `match` compares a candidate entry's key.
+  // Linear probing from hash; `match` compares a candidate entry's key. Ops' hit
+  // paths match their call arguments without building an OpKey.
   template <typename Match>
   const TableEntry* Probe(uint64_t hash, Match&& match) const {
     for (uint64_t i = hash >> shift_;; i = (i + 1) & mask_) {
@@ -117,6 +112,7 @@ class DispatchTable {
     }
   }
 
+ private:
   struct Slot {
     uint64_t hash = 0;
     const TableEntry* entry = nullptr;  // into entries_, which never reallocates; null = empty

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <climits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -38,47 +39,18 @@ const KernelVariant* FindKernelVariant(std::string_view name) {
   return nullptr;
 }
 
-GemmLdBounds GemmLeadingDimBounds(const OpKey& key) {
-  constexpr int64_t kMaxElems = int64_t{1} << 40;
-  const int64_t m = key.dims[0], n = key.dims[1], k = key.dims[2];
-  const int64_t rows[3] = {key.trans_a ? k : m, key.trans_b ? n : k, m};
-  const int64_t cols[3] = {key.trans_a ? m : k, key.trans_b ? k : n, n};
-  GemmLdBounds b;
-  for (int i = 0; i < 3; ++i) {
-    b.lo[i] = cols[i];
-    b.hi[i] = kMaxElems / rows[i];
-  }
-  return b;
-}
-
-Status ValidateGemmArgs(const GemmArgs& a) {
-  const OpKey key = GemmKeyOf(a);
-  CG_RETURN_IF_ERROR(key.Validate());
-  const GemmLdBounds bounds = GemmLeadingDimBounds(key);
-  const int64_t ld[3] = {a.lda, a.ldb, a.ldc};
-  const int64_t rows[3] = {a.trans_a ? a.k : a.m, a.trans_b ? a.n : a.k, a.m};
-  static constexpr const char* kName[3] = {"lda", "ldb", "ldc"};
-  const char* row_length[3] = {a.trans_a ? "m, A transposed" : "k", a.trans_b ? "k, B transposed" : "n", "n"};
-  for (int i = 0; i < 3; ++i) {
-    if (ld[i] < bounds.lo[i])
-      return InvalidArgument(fmt::format("gemm: {}={} must be >= {} ({})", kName[i], ld[i], bounds.lo[i], row_length[i]));
-    if (ld[i] > bounds.hi[i])
-      return InvalidArgument(fmt::format("gemm: {} spans {} rows x {}={}: over 2^40 elements", "ABC"[i], rows[i],
-                                         kName[i], ld[i]));
-  }
-  if (!a.a || !a.b || !a.c)
-    return InvalidArgument(fmt::format("gemm: pointer {} is null", !a.a ? "a" : !a.b ? "b" : "c"));
+Status VariantRunsOn(const KernelVariant& v, OpKind op, DType dtype, const DeviceInfo& device) {
+  if (v.backend != device.backend)
+    return Unimplemented(fmt::format("{}: backend {} is not the device's {}", v.name, BackendName(v.backend), BackendName(device.backend)));
+  if (v.op != op) return Unimplemented(fmt::format("{}: runs {}, not {}", v.name, OpKindName(v.op), OpKindName(op)));
+  if (v.dtype != dtype) return Unimplemented(fmt::format("{}: runs {}, not {}", v.name, DTypeName(v.dtype), DTypeName(dtype)));
+  if (v.backend == Backend::kCpu && (v.isa & device.isa) != v.isa)
+    return Unimplemented(fmt::format("{}: needs ISA {}, host has {}", v.name, IsaLevelName(v.isa), device.arch));
   return Status::Ok();
 }
 
 Status VariantSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
-  if (v.backend != device.backend)
-    return Unimplemented(fmt::format("{}: backend {} is not the device's {}", v.name, BackendName(v.backend), BackendName(device.backend)));
-  if (v.op != key.op) return Unimplemented(fmt::format("{}: runs {}, not {}", v.name, OpKindName(v.op), OpKindName(key.op)));
-  if (v.dtype != key.dtype)
-    return Unimplemented(fmt::format("{}: runs {}, not {}", v.name, DTypeName(v.dtype), DTypeName(key.dtype)));
-  if (v.backend == Backend::kCpu && (v.isa & device.isa) != v.isa)
-    return Unimplemented(fmt::format("{}: needs ISA {}, host has {}", v.name, IsaLevelName(v.isa), device.arch));
+  CG_RETURN_IF_ERROR(VariantRunsOn(v, key.op, key.dtype, device));
   if (v.supports) return v.supports(v, key, device);
   return Status::Ok();
 }
@@ -97,25 +69,44 @@ std::vector<std::pair<std::string, int64_t>> Schedule::Named() const {
   return out;
 }
 
-StatusOr<Schedule> Schedule::FromNamed(std::string_view variant,
-                                       const std::vector<std::pair<std::string, int64_t>>& params) {
-  const KernelVariant* v = FindKernelVariant(variant);
-  if (!v) return NotFound(fmt::format("kernel variant '{}' is not in this build", variant));
+Schedule Schedule::Defaults(const KernelVariant& v) {
   Schedule s;
-  s.variant = v;
-  std::vector<bool> seen(v->params.size(), false);
-  for (size_t i = 0; i < v->params.size(); ++i) s.params[i] = v->params[i].default_value;
-  for (const auto& [name, value] : params) {
-    const int idx = v->ParamIndex(name);
-    if (idx < 0) return InvalidArgument(fmt::format("{}: unknown parameter '{}'", v->name, name));
-    if (seen[idx]) return InvalidArgument(fmt::format("{}: parameter '{}' is given twice", v->name, name));
-    seen[idx] = true;
-    const auto& vals = v->params[idx].values;
-    if (std::find(vals.begin(), vals.end(), value) == vals.end())
-      return OutOfRange(fmt::format("{}: {}={} is not an allowed value (from {} to {}, {} values)", v->name, name,
-                                    value, vals.front(), vals.back(), vals.size()));
-    s.params[idx] = static_cast<int32_t>(value);
+  s.variant = &v;
+  for (size_t i = 0; i < v.params.size(); ++i) s.params[i] = v.params[i].default_value;
+  return s;
+}
+
+Status Schedule::SetParam(std::string_view name, int64_t value, uint32_t& seen) {
+  const KernelVariant& v = *variant;
+  const int idx = v.ParamIndex(name);
+  if (idx < 0) return InvalidArgument(fmt::format("{}: unknown parameter '{}'", v.name, name));
+  if (seen & (1u << idx)) return InvalidArgument(fmt::format("{}: parameter '{}' is given twice", v.name, name));
+  seen |= 1u << idx;
+  const auto& vals = v.params[size_t(idx)].values;
+  if (value < INT32_MIN || value > INT32_MAX || !std::binary_search(vals.begin(), vals.end(), static_cast<int32_t>(value))) {
+    std::string allowed;
+    for (int32_t x : vals) allowed += fmt::format("{}{}", allowed.empty() ? "" : ", ", x);
+    return OutOfRange(fmt::format("{}: {}={} is not one of its values: {}", v.name, name, value, allowed));
   }
+  params[size_t(idx)] = static_cast<int32_t>(value);
+  return Status::Ok();
+}
+
+StatusOr<Schedule> Schedule::FromNamed(std::string_view variant,
+                                       const std::vector<std::pair<std::string, int64_t>>& params,
+                                       std::span<const KernelVariant* const> among) {
+  const KernelVariant* v = nullptr;
+  if (among.empty()) {
+    v = FindKernelVariant(variant);
+    if (!v) return NotFound(fmt::format("kernel variant '{}' is not in this build", variant));
+  } else {
+    for (const KernelVariant* c : among)
+      if (c && variant == c->name) v = c;
+    if (!v) return NotFound(fmt::format("kernel variant '{}' is not among the variants being tuned", variant));
+  }
+  Schedule s = Defaults(*v);
+  uint32_t seen = 0;
+  for (const auto& [name, value] : params) CG_RETURN_IF_ERROR(s.SetParam(name, value, seen));
   return s;
 }
 
@@ -135,9 +126,7 @@ Status CheckSchedule(const Schedule& s, const OpKey& key, const DeviceInfo& devi
 }
 
 Schedule VariantDefaultSchedule(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
-  Schedule s;
-  s.variant = &v;
-  for (size_t i = 0; i < v.params.size(); ++i) s.params[i] = v.params[i].default_value;
+  Schedule s = Schedule::Defaults(v);
   if (v.fit_defaults) v.fit_defaults(v, key, device, s.params);
   return s;
 }

@@ -11,9 +11,11 @@
 namespace cliffguard {
 namespace {
 
-constexpr const char* kConvDimNames[OpKey::kMaxDims] = {"n", "h", "w", "ic", "oc", "kh",
-                                                       "kw", "sh", "sw", "ph", "pw"};
-constexpr const char* kGemmDimNames[3] = {"m", "n", "k"};
+static_assert([] {
+  for (const OpKindInfo& o : kOpKindInfo)
+    if (o.dims > OpKey::kMaxDims || o.shape_dims > o.dims) return false;
+  return true;
+}(), "an op kind row has more dims than OpKey::kMaxDims");
 
 std::vector<std::string_view> SplitWords(std::string_view s) {
   std::vector<std::string_view> out;
@@ -28,38 +30,40 @@ std::vector<std::string_view> SplitWords(std::string_view s) {
   return out;
 }
 
+// The dims' names of each op, split once from its row. Never destroyed: keys are
+// printed by Runtimes destroyed at exit.
+const std::vector<std::string_view>& DimNames(OpKind op) {
+  static const auto* names = [] {
+    auto* v = new std::vector<std::vector<std::string_view>>();
+    for (const OpKindInfo& o : kOpKindInfo) v->push_back(SplitWords(o.dim_names));
+    return v;
+  }();
+  return (*names)[static_cast<size_t>(op)];
+}
+
+template <typename Info, size_t N>
+std::string NameList(const Info (&rows)[N]) {
+  std::string out;
+  for (const Info& r : rows) out += fmt::format("{}{}", out.empty() ? "" : ", ", r.name);
+  return out;
+}
+
 }  // namespace
 
-const char* OpKindName(OpKind op) {
-  switch (op) {
-    case OpKind::kGemm: return "gemm";
-    case OpKind::kConv2d: return "conv2d";
-  }
-  return "?";
-}
-
-const char* DTypeName(DType d) {
-  switch (d) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-  }
-  return "?";
-}
-
-size_t DTypeSize(DType d) { return d == DType::kF32 ? 4 : 2; }
+const char* OpKindName(OpKind op) { return static_cast<uint8_t>(op) < kNumOpKinds ? InfoOf(op).name : "?"; }
+const char* DTypeName(DType d) { return static_cast<uint8_t>(d) < kNumDTypes ? InfoOf(d).name : "?"; }
+size_t DTypeSize(DType d) { return static_cast<uint8_t>(d) < kNumDTypes ? size_t(InfoOf(d).bytes) : 0; }
 
 StatusOr<OpKind> ParseOpKind(std::string_view s) {
-  if (s == "gemm") return OpKind::kGemm;
-  if (s == "conv2d") return OpKind::kConv2d;
-  return InvalidArgument(fmt::format("op '{}' is not one of: gemm, conv2d", s));
+  for (uint8_t i = 0; i < kNumOpKinds; ++i)
+    if (s == kOpKindInfo[i].name) return static_cast<OpKind>(i);
+  return InvalidArgument(fmt::format("op '{}' is not one of: {}", s, NameList(kOpKindInfo)));
 }
 
 StatusOr<DType> ParseDType(std::string_view s) {
-  if (s == "f32") return DType::kF32;
-  if (s == "f16") return DType::kF16;
-  if (s == "bf16") return DType::kBF16;
-  return InvalidArgument(fmt::format("dtype '{}' is not one of: f32, f16, bf16", s));
+  for (uint8_t i = 0; i < kNumDTypes; ++i)
+    if (s == kDTypeInfo[i].name) return static_cast<DType>(i);
+  return InvalidArgument(fmt::format("dtype '{}' is not one of: {}", s, NameList(kDTypeInfo)));
 }
 
 OpKey OpKey::Conv2d(int64_t n, int64_t h, int64_t w, int64_t ic, int64_t oc, int64_t kh, int64_t kw,
@@ -70,8 +74,6 @@ OpKey OpKey::Conv2d(int64_t n, int64_t h, int64_t w, int64_t ic, int64_t oc, int
   key.dims = {n, h, w, ic, oc, kh, kw, stride_h, stride_w, pad_h, pad_w};
   return key;
 }
-
-int OpKey::num_dims() const { return op == OpKind::kGemm ? 3 : kMaxDims; }
 
 double OpKey::Flops() const {
   if (op == OpKind::kGemm) return 2.0 * double(dims[0]) * double(dims[1]) * double(dims[2]);
@@ -113,13 +115,17 @@ ShapeClass ShapeClassOf(const OpKey& key) {
 Status OpKey::Validate() const {
   constexpr int64_t kMaxDim = int64_t{1} << 31;
   if (static_cast<uint8_t>(op) >= kNumOpKinds)
-    return InvalidArgument(fmt::format("op kind {} is not one of: 0 (gemm), 1 (conv2d)", static_cast<int>(op)));
+    return InvalidArgument(fmt::format("op kind {} is not one of 0 to {} ({})", static_cast<int>(op), kNumOpKinds - 1,
+                                       NameList(kOpKindInfo)));
   if (static_cast<uint8_t>(dtype) >= kNumDTypes)
-    return InvalidArgument(
-        fmt::format("{}: dtype {} is not one of: 0 (f32), 1 (f16), 2 (bf16)", OpKindName(op), static_cast<int>(dtype)));
+    return InvalidArgument(fmt::format("{}: dtype {} is not one of 0 to {} ({})", OpKindName(op), static_cast<int>(dtype),
+                                       kNumDTypes - 1, NameList(kDTypeInfo)));
   const int nd = num_dims();
+  if (!InfoOf(op).transposes && (trans_a || trans_b))
+    return InvalidArgument(fmt::format("{}: keys of this op carry no transposes", OpKindName(op)));
+  const auto& names = DimNames(op);
   for (int i = 0; i < kMaxDims; ++i) {
-    const char* name = op == OpKind::kGemm ? (i < 3 ? kGemmDimNames[i] : "unused") : kConvDimNames[i];
+    const std::string_view name = i < nd ? names[size_t(i)] : "unused";
     const bool is_pad = op == OpKind::kConv2d && i >= 9;
     if (i >= nd) {
       if (dims[i] != 0) return InvalidArgument(fmt::format("{}: unused dimension {} must be 0, got {}", OpKindName(op), i, dims[i]));
@@ -148,13 +154,17 @@ Status OpKey::Validate() const {
 }
 
 std::string OpKey::ToString() const {
-  std::string s = fmt::format("{} {} ", OpKindName(op), DTypeName(dtype));
-  if (op == OpKind::kGemm) {
-    s += fmt::format("{}{} m={} n={} k={}", trans_a ? 't' : 'n', trans_b ? 't' : 'n', dims[0], dims[1], dims[2]);
+  if (static_cast<uint8_t>(op) >= kNumOpKinds) return fmt::format("? {}", DTypeName(dtype));
+  const OpKindInfo& info = InfoOf(op);
+  std::string s = fmt::format("{} {} ", info.name, DTypeName(dtype));
+  if (info.transposes) {
+    s += trans_a ? 't' : 'n';
+    s += trans_b ? 't' : 'n';
   } else {
-    s += "nhwc";
-    for (int i = 0; i < kMaxDims; ++i) s += fmt::format(" {}={}", kConvDimNames[i], dims[i]);
+    s += info.layout;
   }
+  const auto& names = DimNames(op);
+  for (int i = 0; i < info.dims; ++i) s += fmt::format(" {}={}", names[size_t(i)], dims[i]);
   return s;
 }
 
@@ -171,16 +181,17 @@ StatusOr<OpKey> OpKey::Parse(std::string_view text) {
   OpKey key;
   key.op = *op;
   key.dtype = *dt;
-  const int nd = key.num_dims();
-  const char* const* names = key.op == OpKind::kGemm ? kGemmDimNames : kConvDimNames;
-  if (key.op == OpKind::kGemm) {
-    const std::string_view layout = words[2];
+  const OpKindInfo& info = InfoOf(key.op);
+  const int nd = info.dims;
+  const auto& names = DimNames(key.op);
+  const std::string_view layout = words[2];
+  if (info.transposes) {
     if (layout.size() != 2 || (layout[0] != 'n' && layout[0] != 't') || (layout[1] != 'n' && layout[1] != 't'))
-      return bad(fmt::format("gemm layout '{}' must be one of nn, nt, tn, tt", layout));
+      return bad(fmt::format("{} layout '{}' must be one of nn, nt, tn, tt", info.name, layout));
     key.trans_a = layout[0] == 't';
     key.trans_b = layout[1] == 't';
-  } else if (words[2] != "nhwc") {
-    return bad(fmt::format("conv2d layout '{}' must be nhwc", words[2]));
+  } else if (layout != info.layout) {
+    return bad(fmt::format("{} layout '{}' must be {}", info.name, layout, info.layout));
   }
   if (static_cast<int>(words.size()) != 3 + nd)
     return bad(fmt::format("expected {} dimensions, got {}", nd, words.size() - 3));
@@ -197,6 +208,48 @@ StatusOr<OpKey> OpKey::Parse(std::string_view text) {
     key.dims[i] = value;
   }
   CG_RETURN_IF_ERROR(key.Validate());
+  return key;
+}
+
+StatusOr<OpKey> ParseShape(std::string_view text) {
+  auto trim = [](std::string_view v) {
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+    return v;
+  };
+  const std::string_view t = trim(text);
+  if (t.find(',') == std::string_view::npos) {  // no comma: a canonical key
+    auto key = OpKey::Parse(t);
+    if (!key.ok()) return InvalidArgument(fmt::format("shape '{}': {}", text, key.status().message()));
+    return key;
+  }
+  std::vector<std::string_view> parts;
+  for (size_t start = 0;;) {
+    const size_t comma = t.find(',', start);
+    parts.push_back(trim(t.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start)));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  if (parts.size() != 3 && parts.size() != 4)
+    return InvalidArgument(fmt::format(
+        "shape '{}' must be M,N,K or M,N,K,LAYOUT (LAYOUT: nn, nt, tn, tt) or a canonical key", text));
+  int64_t d[3];
+  static constexpr const char* kNames[3] = {"M", "N", "K"};
+  for (int i = 0; i < 3; ++i) {
+    auto [p, ec] = std::from_chars(parts[i].data(), parts[i].data() + parts[i].size(), d[i]);
+    if (parts[i].empty() || ec != std::errc() || p != parts[i].data() + parts[i].size())
+      return InvalidArgument(fmt::format("shape '{}': {}='{}' is not an integer", text, kNames[i], parts[i]));
+  }
+  bool ta = false, tb = false;
+  if (parts.size() == 4) {
+    const std::string_view l = parts[3];
+    if (l != "nn" && l != "nt" && l != "tn" && l != "tt")
+      return InvalidArgument(fmt::format("shape '{}': layout '{}' must be one of nn, nt, tn, tt", text, l));
+    ta = l[0] == 't';
+    tb = l[1] == 't';
+  }
+  const OpKey key = OpKey::Gemm(d[0], d[1], d[2], ta, tb);
+  if (Status st = key.Validate(); !st.ok()) return InvalidArgument(fmt::format("shape '{}': {}", text, st.message()));
   return key;
 }
 

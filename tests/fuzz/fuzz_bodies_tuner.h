@@ -29,7 +29,7 @@ inline void FuzzWorkload(const uint8_t* data, size_t size) {
   auto from_file = tuner::ReadWorkloadFile(f.path());
   CG_FUZZ_CHECK(from_file.ok() == keys.ok());
   if (size < 256) {
-    auto shape = tuner::ParseGemmShape(text);
+    auto shape = ParseShape(text);
     if (shape.ok()) CG_FUZZ_CHECK(shape->Validate().ok());
   }
 }

@@ -10,13 +10,13 @@
 #include <cstdio>
 #include <string>
 
-#include <spdlog/spdlog.h>
+#include "cliffguard/log.h"
 
 namespace cliffguard::fuzz {
 
 inline void QuietLogs() {
   static const bool once = [] {
-    spdlog::set_level(spdlog::level::off);
+    SetLogLevel(LogLevel::kOff);
     return true;
   }();
   (void)once;

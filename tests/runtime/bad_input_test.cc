@@ -156,17 +156,9 @@ TEST(FuzzRegressionTest, RegressionInputsGiveAStatus) {
 struct GemmCall {
   std::vector<float> a, b, c;
   GemmArgs args;
-  GemmCall(int64_t m, int64_t n, int64_t k) : a(size_t(m * k), 1.f), b(size_t(k * n), 1.f), c(size_t(m * n)) {
-    args.m = m;
-    args.n = n;
-    args.k = k;
-    args.a = a.data();
-    args.lda = k;
-    args.b = b.data();
-    args.ldb = n;
-    args.c = c.data();
-    args.ldc = n;
-  }
+  GemmCall(int64_t m, int64_t n, int64_t k)
+      : a(size_t(m * k), 1.f), b(size_t(k * n), 1.f), c(size_t(m * n)),
+        args(DenseGemmArgs(OpKey::Gemm(m, n, k), a.data(), b.data(), c.data())) {}
 };
 
 void ExpectInvalid(Runtime& rt, const GemmArgs& args, const std::string& names_value, const std::string& rule) {

@@ -62,7 +62,7 @@ std::vector<int64_t> Unique(std::vector<int64_t> v) {
 }
 
 void EdgeShapes(const KernelVariant& v) {
-  const int64_t mr = v.mr, nr = v.nr;
+  const int64_t mr = v.config.gemm.mr, nr = v.config.gemm.nr;
   // Small blocks so that every shape crosses mc, nc and kc boundaries (k % kc != 0).
   const Schedule small = With(v, {{"mc", 2 * mr}, {"kc", 16}, {"nc", 2 * nr}, {"unroll_k", 4}, {"prefetch", 4}});
   const Schedule in_place =
@@ -80,7 +80,7 @@ void EdgeShapes(const KernelVariant& v) {
 }
 
 void Transposes(const KernelVariant& v) {
-  const int64_t mr = v.mr, nr = v.nr;
+  const int64_t mr = v.config.gemm.mr, nr = v.config.gemm.nr;
   const std::vector<std::array<int64_t, 3>> shapes = {{31, 61, 17}, {mr + 1, nr + 3, 33}, {1, 127, 5}};
   int i = 0;
   for (int ta = 0; ta < 2; ++ta)
@@ -127,7 +127,7 @@ Schedule RandomSchedule(const KernelVariant& v, const OpKey& key, std::mt19937& 
 }
 
 void RandomSchedules(const KernelVariant& v) {
-  std::mt19937 rng(20240611u + v.mr * 131 + v.nr);
+  std::mt19937 rng(20240611u + v.config.gemm.mr * 131 + v.config.gemm.nr);
   const std::vector<std::array<int64_t, 3>> shapes = {{61, 67, 131}, {1, 100, 300}, {130, 33, 17}, {29, 257, 64}};
   for (int i = 0; i < 64; ++i) {
     const auto& sh = shapes[i % shapes.size()];
@@ -189,7 +189,7 @@ void ConcurrentCallers(const KernelVariant& v) {
     threads.emplace_back([&v, c] {
       for (int r = 0; r < 4; ++r) {
         const int par = (c + r) % 3;
-        const Schedule s = With(v, {{"mc", 2 * v.mr}, {"kc", 32}, {"nc", 2 * v.nr}, {"par", par},
+        const Schedule s = With(v, {{"mc", 2 * v.config.gemm.mr}, {"kc", 32}, {"nc", 2 * v.config.gemm.nr}, {"par", par},
                                     {"threads", MaxHostThreads()}});
         GemmTester t;
         t.shape(45 + c, 71 + r, 67).beta(r % 2 ? 1.0f : 0.0f).seed(c * 100 + r);
@@ -231,14 +231,19 @@ void ConcurrentCallers(const KernelVariant& v) {
 
 TEST(CpuGemmTable, InventoryIsConsistent) {
   const auto variants = cpu::CpuKernelVariants();
-  ASSERT_EQ(variants.size(), 8u);
+  // One variant per row of the inventory, in its order.
+  std::vector<std::string> rows;
+#define CG_KERNEL(isa, name, mr, nr) rows.push_back(#name);
+#include "kernels/cpu/gemm_f32.inc"
+  ASSERT_EQ(variants.size(), rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(variants[i].name, rows[i]);
   std::set<std::string> names;
   uint32_t prev_isa = ~0u;
   const std::vector<std::string> param_names = {"mc",       "kc",       "nc",     "par",   "threads",
                                                 "unroll_k", "prefetch", "pack_a", "pack_b"};
   for (const auto& v : variants) {
     EXPECT_TRUE(names.insert(v.name).second) << v.name;
-    EXPECT_NE(std::string(v.name).find(std::to_string(v.mr) + "x" + std::to_string(v.nr) + "__"), std::string::npos)
+    EXPECT_NE(std::string(v.name).find(std::to_string(v.config.gemm.mr) + "x" + std::to_string(v.config.gemm.nr) + "__"), std::string::npos)
         << v.name;
     EXPECT_LE(v.isa, prev_isa) << v.name << ": table not in dispatch preference order";
     prev_isa = v.isa;
@@ -257,8 +262,8 @@ TEST(CpuGemmTable, InventoryIsConsistent) {
       space *= p.values.size();
     }
     EXPECT_GE(space, 1e6) << v.name;
-    for (int32_t mc : v.params[0].values) EXPECT_EQ(mc % v.mr, 0) << v.name;
-    for (int32_t nc : v.params[2].values) EXPECT_EQ(nc % v.nr, 0) << v.name;
+    for (int32_t mc : v.params[0].values) EXPECT_EQ(mc % v.config.gemm.mr, 0) << v.name;
+    for (int32_t nc : v.params[2].values) EXPECT_EQ(nc % v.config.gemm.nr, 0) << v.name;
   }
   EXPECT_EQ(variants.back().isa, static_cast<uint32_t>(kIsaScalar));
 }

@@ -306,14 +306,8 @@ TEST(Runtime, ManyShortLivedRuntimesOnOneThread) {
   for (int i = 0; i < 200; ++i) {
     auto rt = Runtime::Create(Quiet());
     ASSERT_TRUE(rt.ok());
-    float x[1] = {1};
-    GemmArgs g;
-    g.m = g.n = g.k = 1;
-    g.a = g.b = x;
-    float c[1] = {0};
-    g.c = c;
-    g.lda = g.ldb = g.ldc = 1;
-    ASSERT_TRUE((*rt)->Gemm(g).ok());
+    float x[1] = {1}, c[1] = {0};
+    ASSERT_TRUE((*rt)->Gemm(DenseGemmArgs(OpKey::Gemm(1, 1, 1), x, x, c)).ok());
     EXPECT_EQ((*rt)->Stats().at(0).misses, 1u);
   }
 }

@@ -20,8 +20,8 @@ Status Check(const KernelVariant&, const OpKey&, const ParamValues& p, const Dev
 }
 
 const KernelVariant kVariants[] = {
-    {"fake_gemm_8x16", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, 8, 16, kParams, nullptr, Check, nullptr, nullptr},
-    {"fake_gemm_4x32", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, 4, 32, kParams, nullptr, Check, nullptr, nullptr},
+    {"fake_gemm_8x16", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, kParams, nullptr, Check, nullptr, {.gemm = nullptr}, {.gemm = {8, 16}}},
+    {"fake_gemm_4x32", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, kParams, nullptr, Check, nullptr, {.gemm = nullptr}, {.gemm = {4, 32}}},
 };
 
 SearchSpace MakeSpace() {

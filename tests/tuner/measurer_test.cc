@@ -3,9 +3,15 @@
 // misbehave.
 #include "cliffguard/tuner/measurer.h"
 
+#include <sys/wait.h>
+
 #include <csignal>
+#include <cstdio>
+#include <span>
+#include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace cliffguard::tuner::testing {
@@ -60,14 +66,10 @@ Status HangGemm(const KernelVariant&, const GemmArgs&, const ParamValues&) {
 // The fast one is faster only because it runs the correct kernel; the planted bad
 // variants would "win" if their time counted (they do no work at all or crash).
 const KernelVariant kPlanted[] = {
-    {"test_f32_gemm_good__scalar", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, 1, 1, kPlantedParams,
-     nullptr, nullptr, nullptr, PlantedGemm},
-    {"test_f32_gemm_wrong__scalar", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, 1, 1, kPlantedParams,
-     nullptr, nullptr, nullptr, WrongGemm},
-    {"test_f32_gemm_crash__scalar", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, 1, 1, kOnePointParams,
-     nullptr, nullptr, nullptr, CrashGemm},
-    {"test_f32_gemm_hang__scalar", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, 1, 1, kOnePointParams,
-     nullptr, nullptr, nullptr, HangGemm},
+    {"test_f32_gemm_good__scalar", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, kPlantedParams, nullptr, nullptr, nullptr, {.gemm = PlantedGemm}, {.gemm = {1, 1}}},
+    {"test_f32_gemm_wrong__scalar", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, kPlantedParams, nullptr, nullptr, nullptr, {.gemm = WrongGemm}, {.gemm = {1, 1}}},
+    {"test_f32_gemm_crash__scalar", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, kOnePointParams, nullptr, nullptr, nullptr, {.gemm = CrashGemm}, {.gemm = {1, 1}}},
+    {"test_f32_gemm_hang__scalar", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, kOnePointParams, nullptr, nullptr, nullptr, {.gemm = HangGemm}, {.gemm = {1, 1}}},
 };
 
 }  // namespace
@@ -99,7 +101,7 @@ Schedule Sched(int variant, int32_t blk = 8, int32_t unroll = 1) {
 }
 
 TEST(MeasurerTest, GoodWrongCrashHangBecomeRecordsAndMeasuringGoesOn) {
-  Measurer m(HostCpuDevice(1), FastMeasureOptions());
+  SandboxMeasurer m(HostCpuDevice(1), FastMeasureOptions());
   const OpKey key = OpKey::Gemm(24, 40, 16);
   std::vector<Schedule> batch = {Sched(0, 4), Sched(1), Sched(2), Sched(0, 16), Sched(3), Sched(0, 32, 4)};
   std::vector<size_t> streamed;
@@ -129,7 +131,7 @@ TEST(MeasurerTest, TransposesAndSampledCheck) {
   MeasureOptions o = FastMeasureOptions();
   o.full_check_elements = 16;  // forces the sampled check
   o.max_checked = 64;
-  Measurer m(HostCpuDevice(1), o);
+  SandboxMeasurer m(HostCpuDevice(1), o);
   for (auto [ta, tb] : {std::pair{false, true}, std::pair{true, false}, std::pair{true, true}}) {
     const OpKey key = OpKey::Gemm(9, 33, 7, ta, tb);
     std::vector<Schedule> batch = {Sched(0), Sched(1)};
@@ -141,7 +143,7 @@ TEST(MeasurerTest, TransposesAndSampledCheck) {
 }
 
 TEST(MeasurerTest, InvalidScheduleIsAnErrorRecordWithoutRunning) {
-  Measurer m(HostCpuDevice(1), FastMeasureOptions());
+  SandboxMeasurer m(HostCpuDevice(1), FastMeasureOptions());
   Schedule bad = Sched(0, 5);  // 5 is not an allowed blk value
   auto res = m.Measure(OpKey::Gemm(8, 8, 8), std::vector<Schedule>{bad});
   ASSERT_TRUE(res.ok());
@@ -150,7 +152,7 @@ TEST(MeasurerTest, InvalidScheduleIsAnErrorRecordWithoutRunning) {
 }
 
 TEST(MeasurerTest, InterleavedRemeasureAndDefaultSchedule) {
-  Measurer m(HostCpuDevice(1), FastMeasureOptions());
+  SandboxMeasurer m(HostCpuDevice(1), FastMeasureOptions());
   const OpKey key = OpKey::Gemm(16, 32, 16);
   std::vector<Schedule> batch = {Sched(0, 4), Sched(0, 8), Sched(1)};
   auto res = m.MeasureInterleaved(key, batch);
@@ -164,6 +166,45 @@ TEST(MeasurerTest, InterleavedRemeasureAndDefaultSchedule) {
     ASSERT_TRUE(d.ok());
     EXPECT_TRUE((*d)[0].ok) << (*d)[0].error;
   }
+}
+
+// Spawned workers (a new process per batch, the job on stdin: safe with a GPU
+// context) measure and check like forked ones.
+TEST(MeasurerTest, SpawnedWorkersMeasureAndCheckLikeForkedOnes) {
+  MeasureOptions o = FastMeasureOptions();
+  o.worker_command = {CG_CLI_PATH, "measure-worker"};
+  const DeviceInfo device = HostCpuDevice(1);
+  SandboxMeasurer m(device, o);
+  const OpKey key = OpKey::Gemm(13, 40, 9, false, true);
+  std::vector<Schedule> batch;
+  for (const auto& v : AllKernelVariants())
+    if (VariantSupports(v, key, device).ok()) batch.push_back(VariantDefaultSchedule(v, key, device));
+  ASSERT_GE(batch.size(), 2u);
+  Schedule bad = batch[0];
+  bad.params[0] = 3;  // not an allowed value: an error record, never sent
+  batch.push_back(bad);
+  auto res = m.Measure(key, batch);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  for (size_t i = 0; i + 1 < batch.size(); ++i) {
+    EXPECT_TRUE((*res)[i].ok) << batch[i].ToString() << ": " << (*res)[i].error;
+    EXPECT_GT((*res)[i].median_us, 0);
+  }
+  EXPECT_FALSE(res->back().ok);
+  auto re = m.MeasureInterleaved(key, std::span(batch).first(2));
+  ASSERT_TRUE(re.ok());
+  EXPECT_TRUE((*re)[0].ok && (*re)[1].ok);
+}
+
+TEST(MeasurerTest, ASpawnedWorkerRefusesAJobItCannotRead) {
+  const std::string cmd = fmt::format("echo '{{\"device\": 3}}' | '{}' measure-worker 2>&1", CG_CLI_PATH);
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int st = ::pclose(p);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 5) << out;
+  EXPECT_NE(out.find("job.device must be a string"), std::string::npos) << out;
 }
 
 }  // namespace

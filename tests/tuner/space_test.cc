@@ -31,24 +31,19 @@ const ParamSpec kParamsBad[] = {{"mc", kUnsorted, 4, "unsorted"}};
 
 // mc % mr == 0, threads <= device threads, mc * kc <= 512.
 Status CheckA(const KernelVariant& v, const OpKey&, const ParamValues& p, const DeviceInfo& d) {
-  if (p[0] % v.mr != 0) return InvalidArgument("mc % mr");
+  if (p[0] % v.config.gemm.mr != 0) return InvalidArgument("mc % mr");
   if (p[2] > d.threads) return InvalidArgument("threads");
   if (p[0] * p[1] > 512) return InvalidArgument("mc*kc");
   return Status::Ok();
 }
 
 const KernelVariant kVariants[] = {
-    {"fake_gemm_4x8__a", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, 4, 8, kParamsA, nullptr, CheckA,
-     nullptr, nullptr},
-    {"fake_gemm_8x8__b", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, 8, 8, kParamsB, nullptr, nullptr,
-     nullptr, nullptr},
-    {"fake_gemm_8x8__avx512", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaAvx512, 8, 8, kParamsB, nullptr,
-     nullptr, nullptr, nullptr},
-    {"fake_gemm_1x1__noparams", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, 1, 1, {}, nullptr, nullptr,
-     nullptr, nullptr},
+    {"fake_gemm_4x8__a", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, kParamsA, nullptr, CheckA, nullptr, {.gemm = nullptr}, {.gemm = {4, 8}}},
+    {"fake_gemm_8x8__b", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, kParamsB, nullptr, nullptr, nullptr, {.gemm = nullptr}, {.gemm = {8, 8}}},
+    {"fake_gemm_8x8__avx512", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaAvx512, kParamsB, nullptr, nullptr, nullptr, {.gemm = nullptr}, {.gemm = {8, 8}}},
+    {"fake_gemm_1x1__noparams", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, {}, nullptr, nullptr, nullptr, {.gemm = nullptr}, {.gemm = {1, 1}}},
 };
-const KernelVariant kBad = {"fake_bad", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, 1, 1, kParamsBad,
-                            nullptr, nullptr, nullptr, nullptr};
+const KernelVariant kBad = {"fake_bad", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, kParamsBad, nullptr, nullptr, nullptr, {.gemm = nullptr}, {.gemm = {1, 1}}};
 
 DeviceInfo TestDevice() {
   DeviceInfo d;

@@ -32,12 +32,12 @@ Status Check(const KernelVariant& v, const OpKey&, const ParamValues& p, const D
 }
 
 const KernelVariant kBig[] = {
-    {"fake_gemm_8x16", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, 8, 16, kParams, nullptr, Check, nullptr, nullptr},
-    {"fake_gemm_4x32", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, 4, 32, kParams, nullptr, Check, nullptr, nullptr},
+    {"fake_gemm_8x16", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, kParams, nullptr, Check, nullptr, {.gemm = nullptr}, {.gemm = {8, 16}}},
+    {"fake_gemm_4x32", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, kParams, nullptr, Check, nullptr, {.gemm = nullptr}, {.gemm = {4, 32}}},
 };
 const KernelVariant kSmall[] = {
-    {"fake_small_8x16", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, 8, 16, kParamsSmall, nullptr, Check, nullptr, nullptr},
-    {"fake_small_4x32", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, 4, 32, kParamsSmall, nullptr, Check, nullptr, nullptr},
+    {"fake_small_8x16", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, kParamsSmall, nullptr, Check, nullptr, {.gemm = nullptr}, {.gemm = {8, 16}}},
+    {"fake_small_4x32", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, kParamsSmall, nullptr, Check, nullptr, {.gemm = nullptr}, {.gemm = {4, 32}}},
 };
 
 DeviceInfo TestDevice() {

@@ -122,7 +122,7 @@ TEST(TuneCliTest, BadInputExitsNonZeroNamingTheValue) {
     std::string args, expect;
   } cases[] = {
       {"--shape 1,2", "'1,2'"},
-      {"--shape 4,4,0", "K=0"},
+      {"--shape 4,4,0", "k=0"},
       {"--shape 4,4,4,nx", "nx"},
       {"--shape 4,4,4 --strategy annealing", "annealing"},
       {"--shape 4,4,4 --objective lambdamart", "lambdamart"},

@@ -113,7 +113,7 @@ TEST(TuningLogTest, CorruptMiddleLineIsAnErrorNamingTheLine) {
   ASSERT_FALSE(log.ok());
   EXPECT_EQ(log.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(log.status().message().find(path + ":2"), std::string::npos) << log.status().message();
-  EXPECT_NE(log.status().message().find("'key' is missing"), std::string::npos) << log.status().message();
+  EXPECT_NE(log.status().message().find("'key' is required"), std::string::npos) << log.status().message();
   std::remove(path.c_str());
 }
 
@@ -151,14 +151,14 @@ TEST(WorkloadTest, PlainLinesJsonAndErrorsNameTheLine) {
 }
 
 TEST(WorkloadTest, ShapeArguments) {
-  auto k = ParseGemmShape("128,768,3072");
+  auto k = ParseShape("128,768,3072");
   ASSERT_TRUE(k.ok());
   EXPECT_EQ(*k, OpKey::Gemm(128, 768, 3072));
-  auto t = ParseGemmShape("16,3072,768,nt");
+  auto t = ParseShape("16,3072,768,nt");
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(*t, OpKey::Gemm(16, 3072, 768, false, true));
   for (const char* bad : {"1,2", "1,2,x", "0,2,3", "1,2,3,nx", "1,2,3,4,5", "-1,2,3"}) {
-    auto r = ParseGemmShape(bad);
+    auto r = ParseShape(bad);
     EXPECT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find(bad), std::string::npos) << r.status().message();
   }

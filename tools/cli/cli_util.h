@@ -1,4 +1,4 @@
-// Helpers shared by the subcommands: shape parsing and plain-text tables.
+// Helpers shared by the subcommands: plain-text tables. (Shapes: ParseShape, op_key.h.)
 #pragma once
 
 #include <string>
@@ -9,10 +9,6 @@
 #include "cliffguard/status.h"
 
 namespace cliffguard::cli {
-
-// "M,N,K" or "M,N,K,LAYOUT" with LAYOUT one of nn, nt, tn, tt (default nn), or a
-// canonical key text ("gemm f32 nn m=1 n=2 k=3"). Errors name the text and the rule.
-StatusOr<OpKey> ParseGemmShape(std::string_view text);
 
 // Left-aligned text columns, numbers right-aligned; header underlined.
 class Table {

@@ -85,7 +85,7 @@ void AddInspectCommand(CLI::App& app) {
         fmt::print(stderr, "rejected ({}): {}\n", EntryRejectionName(rej.reason), rej.message);
       for (const auto& rej : r.rejected_defaults)
         fmt::print(stderr, "rejected ({}): {}\n", EntryRejectionName(rej.reason), rej.message);
-      if (spec->device.fingerprint != host.fingerprint)
+      if (!FingerprintMatches(host, spec->device.fingerprint))
         fmt::print(stderr, "note: bundle device '{}' is not this host '{}': a runtime here treats it as a device miss\n",
                    spec->device.fingerprint, host.fingerprint);
       for (const auto& u : spec->unreadable) fmt::print(stderr, "rejected (unreadable): {}: {}\n", u.where, u.reason);

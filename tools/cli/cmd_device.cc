@@ -4,9 +4,6 @@
 #include "cliffguard/device.h"
 #include "cliffguard/kernel.h"
 #include "commands.h"
-#ifdef CLIFFGUARD_WITH_CUDA
-#include "kernels/cuda/cuda_kernels.h"
-#endif
 
 namespace cliffguard::cli {
 
@@ -16,38 +13,51 @@ void AddDeviceCommand(CLI::App& app) {
     bool json = false;
   };
   auto opts = std::make_shared<Opts>();
-  CLI::App* cmd = app.add_subcommand("device", "Print the probed device identity and its fingerprint");
-  cmd->add_option("--threads", opts->threads, "Thread budget (0: CLIFFGUARD_THREADS or all hardware threads)")
-      ->check(CLI::Range(0, 1024));
+  CLI::App* cmd = app.add_subcommand("device", "List every device this build runs on: identity, fingerprint, kernel variants");
+  cmd->add_option("--threads", opts->threads, "CPU thread budget (0: CLIFFGUARD_THREADS or every CPU available)");
   cmd->add_flag("--json", opts->json, "Print JSON");
   cmd->callback([opts] {
-    const DeviceInfo d = HostCpuDevice(opts->threads);
+    auto budget = ResolveThreadBudget(opts->threads, "device --threads");
+    ExitIfError(budget.status(), "device");
+    const DeviceList all = ListDevices(*budget);
     if (opts->json) {
-      nlohmann::ordered_json props = nlohmann::ordered_json::object();
-      for (const auto& [k, v] : d.properties) props[k] = v;
-      nlohmann::ordered_json j{{"backend", BackendName(d.backend)}, {"name", d.name},       {"vendor", d.vendor},
-                               {"arch", d.arch},                   {"properties", props}, {"fingerprint", d.fingerprint}};
+      nlohmann::ordered_json list = nlohmann::ordered_json::array();
+      for (const DeviceInfo& d : all.devices) {
+        nlohmann::ordered_json props = nlohmann::ordered_json::object();
+        for (const auto& [k, v] : d.properties) props[k] = v;
+        list.push_back({{"spec", d.spec}, {"backend", BackendName(d.backend)}, {"name", d.name}, {"vendor", d.vendor},
+                        {"arch", d.arch}, {"properties", props}, {"fingerprint", d.fingerprint}});
+      }
+      // The first device (the host CPU) at the top level, as before; every device in "devices".
+      nlohmann::ordered_json j = list[0];
+      j["devices"] = list;
+      if (!all.cuda_status.empty()) j["cuda_status"] = all.cuda_status;
       fmt::print("{}\n", j.dump(2));
       return;
     }
-    fmt::print("backend      {}\nname         {}\nvendor       {}\narch         {}\n", BackendName(d.backend), d.name,
-               d.vendor, d.arch);
-    fmt::print("family/model {}/{}\nthreads      {}\n", d.family, d.model, d.threads);
-    fmt::print("caches       L1d {} KiB, L2 {} KiB, L3 {} KiB\n", d.l1d_bytes >> 10, d.l2_bytes >> 10, d.l3_bytes >> 10);
-    fmt::print("fingerprint  {}\n", d.fingerprint);
-    fmt::print("kernels      ");
-    int n = 0;
-    for (const auto& v : AllKernelVariants()) {
-      if (v.backend != d.backend) continue;
-      const bool runs = (v.isa & d.isa) == v.isa;
-      fmt::print("{}{}{}", n++ ? ", " : "", v.name, runs ? "" : " (declined: ISA)");
+    for (const DeviceInfo& d : all.devices) {
+      fmt::print("device       {}\nbackend      {}\nname         {}\nvendor       {}\narch         {}\n", d.spec,
+                 BackendName(d.backend), d.name, d.vendor, d.arch);
+      if (d.backend == Backend::kCpu) {
+        fmt::print("family/model {}/{}\nthreads      {}\n", d.family, d.model, d.threads);
+        fmt::print("caches       L1d {} KiB, L2 {} KiB, L3 {} KiB\n", d.l1d_bytes >> 10, d.l2_bytes >> 10,
+                   d.l3_bytes >> 10);
+      } else {
+        fmt::print("compute      {}.{}, {} SMs, {} MiB memory, L2 {} KiB\n", d.family, d.model, d.sm_count,
+                   d.memory_bytes >> 20, d.l2_bytes >> 10);
+      }
+      fmt::print("fingerprint  {}\n", d.fingerprint);
+      if (!d.legacy_fingerprint.empty()) fmt::print("              (bundles of cliffguard 0.1: {})\n", d.legacy_fingerprint);
+      fmt::print("kernels      ");
+      int n = 0;
+      for (const auto& v : AllKernelVariants()) {
+        if (v.backend != d.backend) continue;
+        const bool runs = VariantRunsOn(v, v.op, v.dtype, d).ok();
+        fmt::print("{}{}{}", n++ ? ", " : "", v.name, runs ? "" : " (declined: ISA)");
+      }
+      fmt::print("{}\n\n", n ? "" : "none in this build");
     }
-    fmt::print("\n");
-#ifdef CLIFFGUARD_WITH_CUDA
-    const auto& cuda = cuda::ProbeCudaDevices();
-    if (cuda.devices.empty()) fmt::print("cuda         none ({})\n", cuda.status);
-    for (const auto& g : cuda.devices) fmt::print("cuda         {} {} ({})\n", g.name, g.arch, g.fingerprint);
-#endif
+    if (!all.cuda_status.empty()) fmt::print("cuda         no GPU: {}\n", all.cuda_status);
   });
 }
 

@@ -26,7 +26,7 @@ void AddRunCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "Serve calls through the runtime and report hits, misses and speed");
   cmd->add_option("--bundle", opts->bundles, "Bundle to load (repeatable)");
   cmd->add_option("--op", opts->op, "Operator")->check(CLI::IsMember({"gemm"}));
-  cmd->add_option("--shape", opts->shapes, "M,N,K[,LAYOUT] (repeatable; LAYOUT nn|nt|tn|tt)")->required();
+  cmd->add_option("--shape", opts->shapes, "M,N,K[,LAYOUT] (LAYOUT nn|nt|tn|tt) or a canonical key; repeatable")->required();
   cmd->add_option("--iters", opts->iters, "Calls per shape")->check(CLI::Range(1, 100000000));
   cmd->add_option("--threads", opts->threads, "Thread budget (0: CLIFFGUARD_THREADS or all)")->check(CLI::Range(0, 1024));
   cmd->add_option("--miss-report", opts->miss_report, "Write the miss report JSON here");
@@ -34,7 +34,7 @@ void AddRunCommand(CLI::App& app) {
   cmd->callback([opts] {
     std::vector<OpKey> keys;
     for (const auto& s : opts->shapes) {
-      auto k = ParseGemmShape(s);
+      auto k = ParseShape(s);
       ExitIfError(k.status(), "run");
       keys.push_back(*k);
     }

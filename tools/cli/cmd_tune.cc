@@ -15,6 +15,7 @@
 #include "cliffguard/bundle.h"
 #include "cliffguard/device.h"
 #include "cliffguard/miss_report.h"
+#include "cliffguard/tuner/measurer.h"
 #include "cliffguard/tuner/strategy.h"
 #include "cliffguard/tuner/tuner.h"
 #include "cliffguard/tuner/workload.h"
@@ -42,12 +43,13 @@ void AddTuneCommand(CLI::App& app) {
     int top = 5;
     tuner::TunerOptions t;
     bool no_bundle_default = false;
+    std::string sandbox = "auto";
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("tune", "Measure candidate schedules and write the best verified ones to a bundle");
   cmd->add_option("--op", o->op, "Op to tune (gemm)")->capture_default_str();
   cmd->add_option("--shape", o->shapes,
-                  "GEMM shape M,N,K or M,N,K,TT (TT: nn, nt, tn, tt; t = that operand is stored transposed); repeatable");
+                  "Shape M,N,K or M,N,K,LAYOUT (LAYOUT: nn, nt, tn, tt; t = that operand is stored transposed), or a canonical key; repeatable");
   cmd->add_option("--workload", o->workload, "Workload file: canonical op keys one per line ('#' comments) or a JSON array");
   cmd->add_option("--from-report", o->from_report, "Miss report (JSON): tune its top-ranked keys");
   cmd->add_option("--top", o->top, "With --from-report: how many top-ranked keys")->capture_default_str();
@@ -61,7 +63,13 @@ void AddTuneCommand(CLI::App& app) {
   cmd->add_option("--out", o->out, "Bundle to write (.cgb), atomically")->required();
   cmd->add_option("--batch", o->t.batch_size, "Schedules per measured batch")->capture_default_str();
   cmd->add_option("--objective", o->t.objective, "Cost model objective (xgb): rank (pairwise) or reg")->capture_default_str();
-  cmd->add_option("--threads", o->t.threads, "Device thread budget (0: CLIFFGUARD_THREADS or all)")->capture_default_str();
+  cmd->add_option("--device", o->t.device, "Device to tune for: cpu or cuda:N (default: cpu)");
+  cmd->add_option("--threads", o->t.threads, "CPU thread budget (0: CLIFFGUARD_THREADS or every CPU available)")
+      ->capture_default_str();
+  cmd->add_option("--sandbox", o->sandbox,
+                  "How measurement workers start: fork, spawn (a new process: needed with a GPU context), or auto "
+                  "(spawn for GPUs, else fork)")
+      ->capture_default_str();
   cmd->add_option("--min-time-ms", o->t.measure.min_time_ms, "Timed calls per candidate sum to at least this")
       ->capture_default_str();
   cmd->add_option("--min-repeats", o->t.measure.min_repeats, "At least this many timed calls per candidate")
@@ -80,7 +88,7 @@ void AddTuneCommand(CLI::App& app) {
     if (o->op != "gemm") Fail(c, fmt::format("--op '{}' is not supported by the tuner (supported: gemm)", o->op));
     std::vector<OpKey> keys;
     for (const auto& s : o->shapes) {
-      auto k = tuner::ParseGemmShape(s);
+      auto k = ParseShape(s);
       ExitIfError(k.status(), c);
       keys.push_back(*k);
     }
@@ -113,7 +121,7 @@ void AddTuneCommand(CLI::App& app) {
       auto budget = ResolveThreadBudget(o->t.threads, "tune --threads");
       ExitIfError(budget.status(), c);
       const DeviceInfo here = HostCpuDevice(*budget);
-      if (here.fingerprint != rep->device_fingerprint)
+      if (!FingerprintMatches(here, rep->device_fingerprint))
         Fail(c, fmt::format("miss report '{}' is for device {} ({}, thread budget {}); this host with thread budget {} "
                             "is {} ({}): a bundle tuned here would be a device miss there. Tune on the reported device",
                             o->from_report, rep->device_fingerprint, rep->device_name.empty() ? "?" : rep->device_name,
@@ -138,6 +146,15 @@ void AddTuneCommand(CLI::App& app) {
     if (keys.empty()) Fail(c, "no keys to tune: give --shape, --workload or --from-report");
 
     tuner::TunerOptions& t = o->t;
+    if (o->sandbox != "auto" && o->sandbox != "fork" && o->sandbox != "spawn")
+      Fail(c, fmt::format("--sandbox '{}' is not one of: auto, fork, spawn", o->sandbox));
+    const bool gpu = !t.device.empty() && t.device != "cpu";
+    if (o->sandbox == "spawn" || (o->sandbox == "auto" && gpu)) {
+      char self[4096];
+      const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+      if (n <= 0) Fail(c, "--sandbox spawn: cannot find this program's path (/proc/self/exe)", 1);
+      t.measure.worker_command = {std::string(self, size_t(n)), "measure-worker"};
+    }
     t.keys = keys;
     t.log_path = o->log;
     t.bundle_default = !o->no_bundle_default;
@@ -175,6 +192,18 @@ void AddTuneCommand(CLI::App& app) {
                res->bundle.defaults.size(),
                res->bundle.cost_model.empty() ? "none" : fmt::format("{} bytes", res->bundle.cost_model.size()),
                res->device.fingerprint);
+  });
+}
+
+void AddMeasureWorkerCommand(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("measure-worker", "Measures one job read on stdin (started by `tune --sandbox spawn`)");
+  cmd->group("");  // hidden: not for people
+  cmd->callback([] {
+    std::string job;
+    char buf[65536];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, stdin)) > 0;) job.append(buf, n);
+    const int rc = tuner::RunMeasureWorker(job, STDOUT_FILENO);
+    if (rc != 0) throw CLI::RuntimeError(rc);
   });
 }
 

@@ -19,6 +19,7 @@ void AddMissesCommand(CLI::App& app);
 #ifdef CLIFFGUARD_WITH_TUNER
 void AddTuneCommand(CLI::App& app);
 void AddMergeCommand(CLI::App& app);
+void AddMeasureWorkerCommand(CLI::App& app);  // hidden: the body of spawned measurement workers
 #endif
 
 // Prints "cliffguard <command>: <status message>" on stderr and throws

@@ -48,12 +48,13 @@ int main(int argc, char** argv) {
 #ifdef CLIFFGUARD_WITH_TUNER
   AddTuneCommand(app);
   AddMergeCommand(app);
+  AddMeasureWorkerCommand(app);
 #endif
   // CLI11 reports an unknown command as a missing one: name it and list the commands.
   std::string commands;
   bool known = false;
   for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
-    commands += (commands.empty() ? "" : ", ") + sub->get_name();
+    if (!sub->get_group().empty()) commands += (commands.empty() ? "" : ", ") + sub->get_name();
     known = known || (argc > 1 && sub->check_name(argv[1]));
   }
   if (argc == 1 || (argv[1][0] != '-' && !known)) {

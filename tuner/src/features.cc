@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -102,8 +103,10 @@ void ExtractFeatures(const OpKey& key, const Schedule& schedule, const DeviceInf
   std::array<double, kMaxParams> gen;
   for (int i = 0; i < kMaxParams; ++i) gen[i] = i < static_cast<int>(v->params.size()) ? schedule.params[i] : -1.0;
 
-  const double mr = std::max(1, v->mr), nr = std::max(1, v->nr);
-  const double isa_level = (v->isa & kIsaAvx512) ? 2 : (v->isa & kIsaAvx2) ? 1 : 0;
+  // The register tile of a GEMM kernel (KernelConfig); 1 x 1 for other families.
+  const GemmConfig tile = v->op == OpKind::kGemm ? v->config.gemm : GemmConfig{};
+  const double mr = std::max(1, tile.mr), nr = std::max(1, tile.nr);
+  const double isa_level = v->isa ? std::bit_width(v->isa) - 1 : 0;  // index of the highest IsaBits level
   const double backend = static_cast<double>(v->backend);
   const double num_params = static_cast<double>(v->params.size());
   const double m = static_cast<double>(std::max<int64_t>(1, key.m()));

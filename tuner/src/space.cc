@@ -158,7 +158,6 @@ StatusOr<Knobs> SearchSpace::FromSchedule(const Schedule& s) const {
   return k;
 }
 
-int32_t SearchSpace::Value(const Knobs& k, int param) const { return variants_[k.variant]->params[param].values[k.idx[param]]; }
 
 Status SearchSpace::Check(const Knobs& k) const {
   const KernelVariant& v = *variants_[k.variant];

@@ -100,233 +100,281 @@ Status ValidateOptions(const TunerOptions& o) {
   return Status::Ok();
 }
 
-}  // namespace
 
-StatusOr<TuneResult> Tune(const TunerOptions& o) {
-  CG_RETURN_IF_ERROR(ValidateOptions(o));
-  const auto start = Clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
-  TuneResult result;
-  CG_ASSIGN_OR_RETURN(const int threads, ResolveThreadBudget(o.threads, "tune: threads"));
-  result.device = HostCpuDevice(threads);
-  const DeviceInfo& device = result.device;
-  const std::vector<OpKey> keys = [&] {
-    std::vector<OpKey> k;
+// One run of Tune(), phase by phase: the log (replay and writer), per key the
+// default and the search, the noise rule, then bundle defaults and the cost model.
+class TuneRun {
+ public:
+  TuneRun(const TunerOptions& o, DeviceInfo device) : o_(o), start_(Clock::now()), variants_(o.variants) {
+    result_.device = std::move(device);
     for (const auto& key : o.keys)
-      if (std::find(k.begin(), k.end(), key) == k.end()) k.push_back(key);
-    return k;
-  }();
-  std::span<const KernelVariant* const> variants(o.variants);
+      if (std::find(keys_.begin(), keys_.end(), key) == keys_.end()) keys_.push_back(key);
+  }
 
-  // ---- the log ----
-  std::vector<LogRecord> previous;
-  int64_t keep_bytes = -1;
-  std::error_code ec;
-  const bool exists = std::filesystem::exists(o.log_path, ec);
-  if (o.resume) {
-    auto log = ReadTuningLog(o.log_path);
-    if (log.ok()) {
-      previous = std::move(log->records);
-      keep_bytes = log->valid_bytes;
-    } else if (log.status().code() != StatusCode::kNotFound) {
-      return log.status();
-    } else {
-      logging::Info("tune: --resume: log {} does not exist yet; starting a new one", o.log_path);
+  StatusOr<TuneResult> Run(Measurer& measurer) {
+    measurer_ = &measurer;
+    CG_RETURN_IF_ERROR(ReplayLog());
+    CG_RETURN_IF_ERROR(MakeCostModels());
+    for (const auto& k : keys_) {
+      auto it = state_.find(k.ToString());
+      if (it != state_.end()) trials_done_ += std::min<int64_t>(o_.trials, it->second.trials.size());
     }
-  } else if (exists && std::filesystem::file_size(o.log_path, ec) > 0) {
-    return FailedPrecondition(fmt::format(
-        "tune: log '{}' already holds measurements; pass --resume to continue it, or remove it", o.log_path));
-  }
-  std::vector<MeasureResult> warm;
-  for (const auto& path : o.warm_start_logs) {
-    auto log = ReadTuningLog(path);
-    if (!log.ok()) return Status(log.status().code(), fmt::format("tune: warm-start log: {}", log.status().message()));
-    size_t used = 0;
-    for (const auto& rec : log->records) {
-      if (rec.device != device.fingerprint) continue;
-      auto mr = ToMeasureResult(rec, variants);
-      if (!mr.ok()) continue;
-      warm.push_back(*mr);
-      ++used;
+    for (size_t ki = 0; ki < keys_.size(); ++ki) CG_RETURN_IF_ERROR(TuneKey(ki));
+    std::vector<BundleOpDefault> defaults;
+    if (o_.bundle_default) {
+      CG_ASSIGN_OR_RETURN(defaults, ChooseBundleDefaults());
     }
-    logging::Info("tune: warm-start log {}: {} of {} records used (device {})", path, used, log->records.size(),
-                 device.fingerprint);
+    result_.bundle = MakeBundleSpec(device(), outcomes_, std::move(defaults), SerializedCostModel(),
+                                    static_cast<uint64_t>(UnixNow()));
+    return std::move(result_);
   }
-  CG_ASSIGN_OR_RETURN(auto writer, TuningLogWriter::Open(o.log_path, o.resume ? TuningLogWriter::Mode::kAppend
-                                                                                : TuningLogWriter::Mode::kTruncate,
-                                                         keep_bytes));
-  Status write_status;
-  auto log_result = [&](RecordKind kind, const MeasureResult& r, int64_t trial) {
+
+ private:
+  const DeviceInfo& device() const { return result_.device; }
+  double Elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+
+  // ---- the log: earlier records of this device (resume) and the writer ----
+  Status ReplayLog() {
+    std::vector<LogRecord> previous;
+    int64_t keep_bytes = -1;
+    std::error_code ec;
+    const bool exists = std::filesystem::exists(o_.log_path, ec);
+    if (o_.resume) {
+      auto log = ReadTuningLog(o_.log_path);
+      if (log.ok()) {
+        previous = std::move(log->records);
+        keep_bytes = log->valid_bytes;
+      } else if (log.status().code() != StatusCode::kNotFound) {
+        return log.status();
+      } else {
+        logging::Info("tune: --resume: log {} does not exist yet; starting a new one", o_.log_path);
+      }
+    } else if (exists && std::filesystem::file_size(o_.log_path, ec) > 0) {
+      return FailedPrecondition(fmt::format(
+          "tune: log '{}' already holds measurements; pass --resume to continue it, or remove it", o_.log_path));
+    }
+    for (const auto& path : o_.warm_start_logs) {
+      auto log = ReadTuningLog(path);
+      if (!log.ok()) return Status(log.status().code(), fmt::format("tune: warm-start log: {}", log.status().message()));
+      size_t used = 0;
+      for (const auto& rec : log->records) {
+        if (!FingerprintMatches(device(), rec.device)) continue;
+        auto mr = ToMeasureResult(rec, variants_);
+        if (!mr.ok()) continue;
+        warm_.push_back(*mr);
+        ++used;
+      }
+      logging::Info("tune: warm-start log {}: {} of {} records used (device {})", path, used, log->records.size(),
+                    device().fingerprint);
+    }
+    CG_ASSIGN_OR_RETURN(writer_, TuningLogWriter::Open(o_.log_path,
+                                                       o_.resume ? TuningLogWriter::Mode::kAppend
+                                                                 : TuningLogWriter::Mode::kTruncate,
+                                                       keep_bytes));
+    size_t other_device = 0, unresolved = 0;
+    for (const auto& rec : previous) {
+      if (!FingerprintMatches(device(), rec.device)) {
+        ++other_device;
+        continue;
+      }
+      auto mr = ToMeasureResult(rec, variants_);
+      if (!mr.ok()) {
+        ++unresolved;
+        continue;
+      }
+      KeyState& ks = state_[rec.key.ToString()];
+      ks.key = rec.key;
+      ks.Note(*mr);
+      switch (rec.kind) {
+        case RecordKind::kTrial:
+          ks.trials.push_back(*mr);
+          ++ks.resumed;
+          break;
+        case RecordKind::kDefault: ks.def = *mr; break;
+        default: ks.extra.push_back(*mr); break;
+      }
+    }
+    if (other_device)
+      logging::Warn("tune: {} log records of other devices ignored (this device: {})", other_device, device().fingerprint);
+    if (unresolved) logging::Warn("tune: {} log records name kernel variants not in this build; ignored", unresolved);
+    return Status::Ok();
+  }
+
+  Status Log(RecordKind kind, const MeasureResult& r, int64_t trial) {
     LogRecord rec;
     rec.kind = kind;
     rec.key = r.key;
-    rec.device = device.fingerprint;
+    rec.device = device().fingerprint;
     rec.schedule = ToNamed(r.schedule);
-    rec.strategy = kind == RecordKind::kDefault ? "default" : o.strategy;
-    rec.seed = o.seed;
+    rec.strategy = kind == RecordKind::kDefault ? "default" : o_.strategy;
+    rec.seed = o_.seed;
     rec.trial = trial;
     rec.ok = r.ok;
     rec.median_us = r.median_us;
     rec.error = r.error;
     rec.timestamp = UnixNow();
-    ++result.measurements;
-    if (write_status.ok()) write_status = writer->Append(rec);
-  };
-
-  // ---- state from the log ----
-  std::map<std::string, KeyState> state;  // by key text, every key seen on this device
-  size_t other_device = 0, unresolved = 0;
-  for (const auto& rec : previous) {
-    if (rec.device != device.fingerprint) {
-      ++other_device;
-      continue;
-    }
-    auto mr = ToMeasureResult(rec, variants);
-    if (!mr.ok()) {
-      ++unresolved;
-      continue;
-    }
-    KeyState& ks = state[rec.key.ToString()];
-    ks.key = rec.key;
-    ks.Note(*mr);
-    switch (rec.kind) {
-      case RecordKind::kTrial:
-        ks.trials.push_back(*mr);
-        ++ks.resumed;
-        break;
-      case RecordKind::kDefault: ks.def = *mr; break;
-      default: ks.extra.push_back(*mr); break;
-    }
+    ++result_.measurements;
+    if (write_status_.ok()) write_status_ = writer_->Append(rec);
+    return write_status_;
   }
-  if (other_device)
-    logging::Warn("tune: {} log records of other devices ignored (this device: {})", other_device, device.fingerprint);
-  if (unresolved) logging::Warn("tune: {} log records name kernel variants not in this build; ignored", unresolved);
 
   // ---- cost models, one per (device, op) ----
-  std::map<OpId, std::unique_ptr<CostModel>> models;
-  if (o.strategy == "xgb") {
-    for (const auto& k : keys) {
+  Status MakeCostModels() {
+    if (o_.strategy != "xgb") return Status::Ok();
+    for (const auto& k : keys_) {
       OpId id{k.op, k.dtype};
-      if (models.count(id)) continue;
+      if (models_.count(id)) continue;
       CostModelOptions mo;
-      mo.objective = o.objective == "rank" ? "rank:pairwise" : "reg:squarederror";
-      mo.seed = o.seed;
+      mo.objective = o_.objective == "rank" ? "rank:pairwise" : "reg:squarederror";
+      mo.seed = o_.seed;
       CG_ASSIGN_OR_RETURN(CostModel m, CostModel::Create(mo));
-      models[id] = std::make_unique<CostModel>(std::move(m));
+      models_[id] = std::make_unique<CostModel>(std::move(m));
     }
+    return Status::Ok();
   }
 
-  Measurer measurer(device, o.measure);
-  const int64_t trials_total = static_cast<int64_t>(keys.size()) * o.trials;
-  int64_t trials_done = 0, trials_this_run = 0;
-  for (const auto& k : keys) {
-    auto it = state.find(k.ToString());
-    if (it != state.end()) trials_done += std::min<int64_t>(o.trials, it->second.trials.size());
+  // The model of the op with the most keys, serialized for the bundle.
+  std::vector<uint8_t> SerializedCostModel() {
+    std::vector<uint8_t> out;
+    size_t most = 0;
+    for (const auto& [op, m] : models_) {
+      const size_t n = std::count_if(keys_.begin(), keys_.end(),
+                                     [&, op = op](const OpKey& k) { return k.op == op.op && k.dtype == op.dtype; });
+      if (n <= most || !m->trained()) continue;
+      auto bytes = m->Serialize();
+      if (bytes.ok()) {
+        out = std::move(*bytes);
+        most = n;
+      } else {
+        logging::Warn("tune: cost model not written: {}", bytes.status().message());
+      }
+    }
+    return out;
   }
-  auto report = [&](size_t ki, const OpKey& key, int key_done, double best_us, const std::string& phase) {
-    if (!o.progress) return;
+
+  void Report(size_t ki, const OpKey& key, int key_done, double best_us, const std::string& phase) {
+    if (!o_.progress) return;
     TuneProgress p;
     p.key_index = ki;
-    p.num_keys = keys.size();
+    p.num_keys = keys_.size();
     p.key = key;
     p.key_trials_done = key_done;
-    p.key_trials = o.trials;
-    p.trials_done = trials_done;
-    p.trials_total = trials_total;
+    p.key_trials = o_.trials;
+    p.trials_done = trials_done_;
+    p.trials_total = static_cast<int64_t>(keys_.size()) * o_.trials;
     p.key_best_gflops = Gflops(key, best_us);
-    p.elapsed_s = elapsed();
-    if (trials_this_run > 0) p.eta_s = elapsed() / trials_this_run * std::max<int64_t>(0, trials_total - trials_done);
+    p.elapsed_s = Elapsed();
+    if (trials_this_run_ > 0)
+      p.eta_s = Elapsed() / double(trials_this_run_) * double(std::max<int64_t>(0, p.trials_total - trials_done_));
     p.phase = phase;
-    o.progress(p);
-  };
+    o_.progress(p);
+  }
 
-  std::vector<KeyOutcome> outcomes;
-  for (size_t ki = 0; ki < keys.size(); ++ki) {
-    const OpKey& key = keys[ki];
-    KeyState& ks = state[key.ToString()];
+  // ---- per key: the default, the search, the winner ----
+  Status TuneKey(size_t ki) {
+    const OpKey& key = keys_[ki];
+    KeyState& ks = state_[key.ToString()];
     ks.key = key;
     KeySummary sum;
     sum.key = key;
     sum.resumed = ks.resumed;
-    const auto key_start = Clock::now();
+    CG_RETURN_IF_ERROR(MeasureDefault(ki, ks, sum));
+    CG_RETURN_IF_ERROR(Search(ki, ks, sum));
+    sum.trials = static_cast<int>(ks.trials.size());
+    for (const auto& r : ks.trials) sum.errors += !r.ok;
+    KeyOutcome out;
+    CG_RETURN_IF_ERROR(PickWinner(ki, ks, sum, out));
+    outcomes_.push_back(out);
+    result_.summaries.push_back(sum);
+    return Status::Ok();
+  }
 
-    // 1. the default schedule
+  // The default schedule, measured once ("default" record; reused on resume).
+  Status MeasureDefault(size_t ki, KeyState& ks, KeySummary& sum) {
+    const OpKey& key = ks.key;
     if (!ks.def) {
-      auto def = DefaultSchedule(key, device);
+      auto def = DefaultSchedule(key, device());
       if (def.ok()) {
-        report(ki, key, static_cast<int>(ks.trials.size()), 0, "default");
-        CG_ASSIGN_OR_RETURN(auto r, measurer.Measure(key, std::vector<Schedule>{*def}));
+        Report(ki, key, static_cast<int>(ks.trials.size()), 0, "default");
+        CG_ASSIGN_OR_RETURN(auto r, measurer_->Measure(key, std::vector<Schedule>{*def}));
         ks.def = r[0];
         ks.Note(r[0]);
-        log_result(RecordKind::kDefault, r[0], -1);
-        CG_RETURN_IF_ERROR(write_status);
+        CG_RETURN_IF_ERROR(Log(RecordKind::kDefault, r[0], -1));
       } else {
         logging::Warn("tune: {}: no default schedule: {}", key.ToString(), def.status().message());
       }
     }
     if (ks.def && ks.def->ok) sum.default_us = ks.def->median_us;
     if (ks.def && !ks.def->ok) logging::Warn("tune: {}: default schedule failed: {}", key.ToString(), ks.def->error);
+    return Status::Ok();
+  }
 
-    // 2. trials
-    auto space = SearchSpace::Create(key, device, variants);
+  // Trials: batches from the strategy until the budget, the space or a time limit ends.
+  Status Search(size_t ki, KeyState& ks, KeySummary& sum) {
+    const OpKey& key = ks.key;
+    const auto key_start = Clock::now();
+    auto space = SearchSpace::Create(key, device(), variants_);
     if (!space.ok()) {
       sum.note = fmt::format("no search space: {}", space.status().message());
       logging::Error("tune: {}: {}", key.ToString(), sum.note);
-    } else {
-      std::vector<MeasureResult> history;
-      for (const auto& r : warm)
-        if (r.key.op == key.op && r.key.dtype == key.dtype) history.push_back(r);
-      for (const auto& [text, other] : state)
-        if (!(other.key == key) && other.key.op == key.op && other.key.dtype == key.dtype) {
-          history.insert(history.end(), other.trials.begin(), other.trials.end());
-          history.insert(history.end(), other.extra.begin(), other.extra.end());
-        }
-      StrategyOptions so;
-      so.seed = MixHash64(o.seed ^ key.Hash());
-      auto mit = models.find(OpId{key.op, key.dtype});
-      so.model = mit == models.end() ? nullptr : mit->second.get();
-      so.history = history;
-      CG_ASSIGN_OR_RETURN(auto strategy, MakeStrategy(o.strategy, *space, so));
-      if (!ks.trials.empty()) strategy->Update(ks.trials);
-      double best_us = 0;
-      for (const auto& r : ks.trials)
-        if (r.ok && (best_us == 0 || r.median_us < best_us)) best_us = r.median_us;
-      while (static_cast<int>(ks.trials.size()) < o.trials) {
-        const double key_s = std::chrono::duration<double>(Clock::now() - key_start).count();
-        if (o.key_time_limit_s > 0 && key_s >= o.key_time_limit_s) {
-          sum.note = fmt::format("key time limit {} s reached", o.key_time_limit_s);
-          break;
-        }
-        if (o.total_time_limit_s > 0 && elapsed() >= o.total_time_limit_s) {
-          sum.note = fmt::format("total time limit {} s reached", o.total_time_limit_s);
-          break;
-        }
-        const int n = std::min<int>(o.batch_size, o.trials - static_cast<int>(ks.trials.size()));
-        std::vector<Schedule> batch = strategy->NextBatch(n);
-        if (batch.empty()) {
-          sum.note = fmt::format("search space exhausted after {} trials", ks.trials.size());
-          break;
-        }
-        const int64_t first_trial = static_cast<int64_t>(ks.trials.size());
-        CG_ASSIGN_OR_RETURN(auto results, measurer.Measure(key, batch, [&](size_t i, const MeasureResult& r) {
-          log_result(RecordKind::kTrial, r, first_trial + static_cast<int64_t>(i));
-        }));
-        CG_RETURN_IF_ERROR(write_status);
-        strategy->Update(results);
-        for (const auto& r : results) {
-          ks.trials.push_back(r);
-          ks.Note(r);
-          if (r.ok && (best_us == 0 || r.median_us < best_us)) best_us = r.median_us;
-        }
-        trials_done += static_cast<int64_t>(results.size());
-        trials_this_run += static_cast<int64_t>(results.size());
-        report(ki, key, static_cast<int>(ks.trials.size()), best_us, "trials");
-      }
+      return Status::Ok();
     }
-    sum.trials = static_cast<int>(ks.trials.size());
-    for (const auto& r : ks.trials) sum.errors += !r.ok;
+    std::vector<MeasureResult> history;
+    for (const auto& r : warm_)
+      if (r.key.op == key.op && r.key.dtype == key.dtype) history.push_back(r);
+    for (const auto& [text, other] : state_)
+      if (!(other.key == key) && other.key.op == key.op && other.key.dtype == key.dtype) {
+        history.insert(history.end(), other.trials.begin(), other.trials.end());
+        history.insert(history.end(), other.extra.begin(), other.extra.end());
+      }
+    StrategyOptions so;
+    so.seed = MixHash64(o_.seed ^ key.Hash());
+    auto mit = models_.find(OpId{key.op, key.dtype});
+    so.model = mit == models_.end() ? nullptr : mit->second.get();
+    so.history = history;
+    CG_ASSIGN_OR_RETURN(auto strategy, MakeStrategy(o_.strategy, *space, so));
+    if (!ks.trials.empty()) strategy->Update(ks.trials);
+    double best_us = 0;
+    for (const auto& r : ks.trials)
+      if (r.ok && (best_us == 0 || r.median_us < best_us)) best_us = r.median_us;
+    while (static_cast<int>(ks.trials.size()) < o_.trials) {
+      const double key_s = std::chrono::duration<double>(Clock::now() - key_start).count();
+      if (o_.key_time_limit_s > 0 && key_s >= o_.key_time_limit_s) {
+        sum.note = fmt::format("key time limit {} s reached", o_.key_time_limit_s);
+        break;
+      }
+      if (o_.total_time_limit_s > 0 && Elapsed() >= o_.total_time_limit_s) {
+        sum.note = fmt::format("total time limit {} s reached", o_.total_time_limit_s);
+        break;
+      }
+      const int n = std::min<int>(o_.batch_size, o_.trials - static_cast<int>(ks.trials.size()));
+      std::vector<Schedule> batch = strategy->NextBatch(n);
+      if (batch.empty()) {
+        sum.note = fmt::format("search space exhausted after {} trials", ks.trials.size());
+        break;
+      }
+      const int64_t first_trial = static_cast<int64_t>(ks.trials.size());
+      CG_ASSIGN_OR_RETURN(auto results, measurer_->Measure(key, batch, [&](size_t i, const MeasureResult& r) {
+        (void)Log(RecordKind::kTrial, r, first_trial + static_cast<int64_t>(i));
+      }));
+      CG_RETURN_IF_ERROR(write_status_);
+      strategy->Update(results);
+      for (const auto& r : results) {
+        ks.trials.push_back(r);
+        ks.Note(r);
+        if (r.ok && (best_us == 0 || r.median_us < best_us)) best_us = r.median_us;
+      }
+      trials_done_ += static_cast<int64_t>(results.size());
+      trials_this_run_ += static_cast<int64_t>(results.size());
+      Report(ki, key, static_cast<int>(ks.trials.size()), best_us, "trials");
+    }
+    return Status::Ok();
+  }
 
-    // 3. noise-aware winner
+  // The noise rule: verified candidates within tie_tolerance of the fastest, with the
+  // default, are re-measured together and the re-measured medians decide.
+  Status PickWinner(size_t ki, KeyState& ks, KeySummary& sum, KeyOutcome& out) {
+    const OpKey& key = ks.key;
     std::vector<std::pair<double, Schedule>> ranked;
     {
       std::unordered_map<std::string, bool> seen;
@@ -341,63 +389,66 @@ StatusOr<TuneResult> Tune(const TunerOptions& o) {
       if (ks.def) add(*ks.def);
       std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     }
-    KeyOutcome out;
     out.key = key;
     out.trials = static_cast<uint32_t>(ks.trials.size());
     out.tuned_at = static_cast<uint64_t>(UnixNow());
-    out.provenance = fmt::format("strategy={} seed={} trials={} objective={} host={} log={}{}{}", o.strategy, o.seed,
-                                 ks.trials.size(), o.objective, HostName(), o.log_path,
-                                 o.provenance_extra.empty() ? "" : " ", o.provenance_extra);
+    out.provenance = fmt::format("strategy={} seed={} trials={} objective={} host={} log={}{}{}", o_.strategy, o_.seed,
+                                 ks.trials.size(), o_.objective, HostName(), o_.log_path,
+                                 o_.provenance_extra.empty() ? "" : " ", o_.provenance_extra);
     out.default_us = sum.default_us;
-    if (!ranked.empty()) {
-      std::vector<Schedule> group;
-      for (const auto& [t, s] : ranked)
-        if (t <= ranked[0].first * (1 + o.tie_tolerance) && static_cast<int>(group.size()) < std::max(1, o.tie_max))
-          group.push_back(s);
-      // A re-measured group is slower than its first measurements (the fastest of many
-      // noisy medians is optimistic): the default joins it, whatever its rank, so
-      // tuned_us and default_us come from the same interleaved measurement and a
-      // default that is really as fast wins.
-      if (group.size() > 1 && ks.def && ks.def->ok && std::find(group.begin(), group.end(), ks.def->schedule) == group.end())
-        group.push_back(ks.def->schedule);
-      out.has_best = true;
-      out.best = ranked[0].second;
-      out.tuned_us = ranked[0].first;
-      if (group.size() > 1) {
-        report(ki, key, sum.trials, ranked[0].first, "remeasure");
-        CG_ASSIGN_OR_RETURN(auto re, measurer.MeasureInterleaved(key, group));
-        double best = 0;
-        for (const auto& r : re) {
-          log_result(RecordKind::kRemeasure, r, -1);
-          ks.extra.push_back(r);
-          ks.Note(r);
-          if (r.ok && (best == 0 || r.median_us < best)) {
-            best = r.median_us;
-            out.best = r.schedule;
-          }
-          if (r.ok && ks.def && r.schedule == ks.def->schedule) out.default_us = sum.default_us = r.median_us;
-        }
-        CG_RETURN_IF_ERROR(write_status);
-        if (best > 0) {
-          out.tuned_us = best;
-          sum.remeasured = true;
-        }
-      }
-      sum.has_best = true;
-      sum.best = out.best;
-      sum.tuned_us = out.tuned_us;
-      sum.gflops = Gflops(key, out.tuned_us);
-      if (sum.default_us > 0) sum.speedup = sum.default_us / sum.tuned_us;
-    } else if (sum.note.empty()) {
-      sum.note = "no candidate passed the correctness gate";
+    if (ranked.empty()) {
+      if (sum.note.empty()) sum.note = "no candidate passed the correctness gate";
+      return Status::Ok();
     }
-    outcomes.push_back(out);
-    result.summaries.push_back(sum);
+    std::vector<Schedule> group;
+    for (const auto& [t, s] : ranked)
+      if (t <= ranked[0].first * (1 + o_.tie_tolerance) && static_cast<int>(group.size()) < std::max(1, o_.tie_max))
+        group.push_back(s);
+    // A re-measured group is slower than its first measurements (the fastest of many
+    // noisy medians is optimistic): the default joins it, whatever its rank, so
+    // tuned_us and default_us come from the same interleaved measurement and a
+    // default that is really as fast wins.
+    if (group.size() > 1 && ks.def && ks.def->ok && std::find(group.begin(), group.end(), ks.def->schedule) == group.end())
+      group.push_back(ks.def->schedule);
+    out.has_best = true;
+    out.best = ranked[0].second;
+    out.tuned_us = ranked[0].first;
+    if (group.size() > 1) {
+      Report(ki, key, sum.trials, ranked[0].first, "remeasure");
+      CG_ASSIGN_OR_RETURN(auto re, measurer_->MeasureInterleaved(key, group));
+      double best = 0;
+      for (const auto& r : re) {
+        CG_RETURN_IF_ERROR(Log(RecordKind::kRemeasure, r, -1));
+        ks.extra.push_back(r);
+        ks.Note(r);
+        if (r.ok && (best == 0 || r.median_us < best)) {
+          best = r.median_us;
+          out.best = r.schedule;
+        }
+        if (r.ok && ks.def && r.schedule == ks.def->schedule) out.default_us = sum.default_us = r.median_us;
+      }
+      if (best > 0) {
+        out.tuned_us = best;
+        sum.remeasured = true;
+      }
+    }
+    sum.has_best = true;
+    sum.best = out.best;
+    sum.tuned_us = out.tuned_us;
+    sum.gflops = Gflops(key, out.tuned_us);
+    if (sum.default_us > 0) sum.speedup = sum.default_us / sum.tuned_us;
+    return Status::Ok();
   }
 
   // ---- per-op, per-shape-class bundle defaults ----
-  std::vector<BundleOpDefault> defaults;
-  if (o.bundle_default) {
+  StatusOr<std::vector<BundleOpDefault>> ChooseBundleDefaults() {
+    std::vector<BundleOpDefault> defaults;
+    const std::vector<KeyOutcome>& outcomes = outcomes_;
+    const DeviceInfo& device = this->device();
+    std::map<std::string, KeyState>& state = state_;
+    auto report = [&](size_t ki, const OpKey& key, int done, double best_us, const std::string& phase) {
+      Report(ki, key, done, best_us, phase);
+    };
     std::map<std::pair<OpId, ShapeClass>, std::vector<size_t>> by_op;
     for (size_t i = 0; i < outcomes.size(); ++i)
       if (outcomes[i].has_best)
@@ -413,7 +464,7 @@ StatusOr<TuneResult> Tune(const TunerOptions& o) {
           if (!ks.failed.count(t)) top.emplace_back(us, ks.schedules.at(t));
         std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
         if (std::find(cands.begin(), cands.end(), outcomes[i].best) == cands.end()) cands.push_back(outcomes[i].best);
-        for (size_t t = 0; t < top.size() && static_cast<int>(t) < o.default_candidates; ++t)
+        for (size_t t = 0; t < top.size() && static_cast<int>(t) < o_.default_candidates; ++t)
           if (std::find(cands.begin(), cands.end(), top[t].second) == cands.end()) cands.push_back(top[t].second);
       }
       std::vector<std::vector<double>> times(idx.size(), std::vector<double>(cands.size(), 0));
@@ -434,14 +485,13 @@ StatusOr<TuneResult> Tune(const TunerOptions& o) {
         }
         if (!missing.empty()) {
           report(idx[s], key, outcomes[idx[s]].trials, outcomes[idx[s]].tuned_us, "bundle default");
-          CG_ASSIGN_OR_RETURN(auto rs, measurer.Measure(key, missing));
+          CG_ASSIGN_OR_RETURN(auto rs, measurer_->Measure(key, missing));
           for (size_t j = 0; j < rs.size(); ++j) {
-            log_result(RecordKind::kCross, rs[j], -1);
+            CG_RETURN_IF_ERROR(Log(RecordKind::kCross, rs[j], -1));
             ks.extra.push_back(rs[j]);
             ks.Note(rs[j]);
             times[s][missing_c[j]] = rs[j].ok ? rs[j].median_us : -1;
           }
-          CG_RETURN_IF_ERROR(write_status);
         }
         best[s] = outcomes[idx[s]].tuned_us;
         for (double t : times[s])
@@ -477,28 +527,41 @@ StatusOr<TuneResult> Tune(const TunerOptions& o) {
         logging::Warn("tune: no bundle default for {}: no candidate is valid for every tuned shape", group_name);
       }
     }
+    return defaults;
   }
 
-  // ---- the cost model: of the op with the most keys ----
-  std::vector<uint8_t> model_bytes;
-  {
-    size_t most = 0;
-    for (const auto& [op, m] : models) {
-      size_t n = std::count_if(keys.begin(), keys.end(), [&, op = op](const OpKey& k) { return k.op == op.op && k.dtype == op.dtype; });
-      if (n > most && m->trained()) {
-        auto bytes = m->Serialize();
-        if (bytes.ok()) {
-          model_bytes = std::move(*bytes);
-          most = n;
-        } else {
-          logging::Warn("tune: cost model not written: {}", bytes.status().message());
-        }
-      }
-    }
-  }
-  result.bundle = MakeBundleSpec(device, outcomes, std::move(defaults), std::move(model_bytes),
-                                 static_cast<uint64_t>(UnixNow()));
-  return result;
+  const TunerOptions& o_;
+  const Clock::time_point start_;
+  std::span<const KernelVariant* const> variants_;
+  std::vector<OpKey> keys_;
+  TuneResult result_;
+  Measurer* measurer_ = nullptr;
+  std::unique_ptr<TuningLogWriter> writer_;
+  Status write_status_;
+  std::vector<MeasureResult> warm_;
+  std::map<std::string, KeyState> state_;  // by key text, every key seen on this device
+  std::map<OpId, std::unique_ptr<CostModel>> models_;
+  std::vector<KeyOutcome> outcomes_;
+  int64_t trials_done_ = 0, trials_this_run_ = 0;
+};
+
+}  // namespace
+
+StatusOr<TuneResult> Tune(const TunerOptions& o) {
+  CG_RETURN_IF_ERROR(ValidateOptions(o));
+  CG_ASSIGN_OR_RETURN(const int threads, ResolveThreadBudget(o.threads, "tune: threads"));
+  CG_ASSIGN_OR_RETURN(DeviceInfo device, ProbeDevice(o.device, threads));
+  if (o.measurer && !FingerprintMatches(device, o.measurer->device().fingerprint))
+    return InvalidArgument(fmt::format("tune: the measurer's device {} is not the device tuned for, {}",
+                                       o.measurer->device().fingerprint, device.fingerprint));
+  if (!o.measurer && device.backend != Backend::kCpu && o.measure.worker_command.empty())
+    return FailedPrecondition(fmt::format("tune: device {} ({}) needs spawned measurement workers "
+                                          "(MeasureOptions::worker_command; `tune --sandbox spawn`)",
+                                          device.spec, device.name));
+  TuneRun run(o, device);
+  if (o.measurer) return run.Run(*o.measurer);
+  SandboxMeasurer measurer(device, o.measure);
+  return run.Run(measurer);
 }
 
 }  // namespace cliffguard::tuner

@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "cliffguard/detail/json_reader.h"
 #include "cliffguard/detail/logging.h"
 
 namespace cliffguard::tuner {
@@ -43,17 +45,12 @@ double UnixNow() {
 }
 
 std::string RecordToJson(const LogRecord& r) {
-  json params = json::object();
-  for (const auto& [name, value] : r.schedule.params) params[name] = value;
   json j = json::object();
   j["v"] = kTuningLogVersion;
   j["kind"] = RecordKindName(r.kind);
   j["key"] = r.key.ToString();
   j["device"] = r.device;
-  json sched = json::object();
-  sched["variant"] = r.schedule.variant;
-  sched["params"] = params;
-  j["schedule"] = sched;
+  j["schedule"] = detail::ScheduleToJson(r.schedule);
   j["strategy"] = r.strategy;
   j["seed"] = r.seed;
   j["trial"] = r.trial;
@@ -67,67 +64,35 @@ std::string RecordToJson(const LogRecord& r) {
 }
 
 StatusOr<LogRecord> RecordFromJson(std::string_view line) {
-  json j;
-  try {
-    j = json::parse(line.begin(), line.end());
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for huge numbers
-    return DataLoss(fmt::format("not valid JSON: {}", e.what()));
-  }
+  json j = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return DataLoss("not valid JSON");
   if (!j.is_object()) return DataLoss("a record must be a JSON object");
-  auto need = [&](const char* field, json::value_t type) -> Status {
-    if (!j.contains(field)) return DataLoss(fmt::format("field '{}' is missing", field));
-    const auto& f = j[field];
-    bool good = type == json::value_t::number_float ? f.is_number()
-                : type == json::value_t::number_unsigned ? f.is_number_unsigned() || (f.is_number_integer() && f.get<int64_t>() >= 0)
-                : type == json::value_t::number_integer ? f.is_number_integer()
-                : f.type() == type;
-    if (!good) return DataLoss(fmt::format("field '{}' has the wrong type ({})", field,
-                                                   f.dump(-1, ' ', false, json::error_handler_t::replace)));
-    return Status::Ok();
-  };
+  detail::JsonReader rd("record", StatusCode::kDataLoss);
   LogRecord r;
-  CG_RETURN_IF_ERROR(need("v", json::value_t::number_integer));
-  if (j["v"].get<int64_t>() > kTuningLogVersion)
-    return FailedPrecondition(fmt::format("log version {} is newer than this build's {}", j["v"].get<int64_t>(), kTuningLogVersion));
-  CG_RETURN_IF_ERROR(need("kind", json::value_t::string));
-  auto kind = ParseRecordKind(j["kind"].get<std::string>());
-  if (!kind.ok()) return DataLoss(kind.status().message());
-  r.kind = *kind;
-  CG_RETURN_IF_ERROR(need("key", json::value_t::string));
-  auto key = OpKey::Parse(j["key"].get<std::string>());
-  if (!key.ok()) return DataLoss(fmt::format("key: {}", key.status().message()));
-  r.key = *key;
-  CG_RETURN_IF_ERROR(need("device", json::value_t::string));
-  r.device = j["device"].get<std::string>();
-  CG_RETURN_IF_ERROR(need("schedule", json::value_t::object));
-  const json& s = j["schedule"];
-  if (!s.contains("variant") || !s["variant"].is_string()) return DataLoss("schedule.variant is missing or not a string");
-  r.schedule.variant = s["variant"].get<std::string>();
-  if (!s.contains("params") || !s["params"].is_object()) return DataLoss("schedule.params is missing or not an object");
-  for (const auto& [name, value] : s["params"].items()) {
-    if (!value.is_number_integer()) return DataLoss(fmt::format("schedule.params.{} is not an integer", name));
-    r.schedule.params.emplace_back(name, value.get<int64_t>());
-  }
-  CG_RETURN_IF_ERROR(need("strategy", json::value_t::string));
-  r.strategy = j["strategy"].get<std::string>();
-  CG_RETURN_IF_ERROR(need("seed", json::value_t::number_unsigned));
-  r.seed = j["seed"].get<uint64_t>();
-  CG_RETURN_IF_ERROR(need("trial", json::value_t::number_integer));
-  r.trial = j["trial"].get<int64_t>();
+  const int64_t version = rd.Int(j, "v");
+  CG_RETURN_IF_ERROR(rd.status());
+  if (version > kTuningLogVersion)
+    return FailedPrecondition(fmt::format("log version {} is newer than this build's {}", version, kTuningLogVersion));
+  const std::string kind = rd.String(j, "kind"), key = rd.String(j, "key");
+  CG_RETURN_IF_ERROR(rd.status());
+  auto k = ParseRecordKind(kind);
+  if (!k.ok()) return DataLoss(k.status().message());
+  r.kind = *k;
+  auto parsed = OpKey::Parse(key);
+  if (!parsed.ok()) return DataLoss(fmt::format("key: {}", parsed.status().message()));
+  r.key = *parsed;
+  r.device = rd.String(j, "device");
+  r.schedule = rd.Schedule(j, "schedule");
+  r.strategy = rd.String(j, "strategy");
+  r.seed = rd.UInt(j, "seed");
+  r.trial = rd.Int(j, "trial");
   const bool has_time = j.contains("median_us"), has_error = j.contains("error");
-  if (has_time == has_error) return DataLoss("exactly one of 'median_us' and 'error' must be present");
-  if (has_time) {
-    CG_RETURN_IF_ERROR(need("median_us", json::value_t::number_float));
-    r.ok = true;
-    r.median_us = j["median_us"].get<double>();
-    if (!(r.median_us > 0) || !std::isfinite(r.median_us))
-      return DataLoss(fmt::format("median_us={} must be a positive finite number", r.median_us));
-  } else {
-    CG_RETURN_IF_ERROR(need("error", json::value_t::string));
-    r.error = j["error"].get<std::string>();
-  }
-  CG_RETURN_IF_ERROR(need("ts", json::value_t::number_float));
-  r.timestamp = j["ts"].get<double>();
+  if (has_time == has_error) rd.Fail("exactly one of 'median_us' and 'error' must be present");
+  r.ok = has_time;
+  if (has_time) r.median_us = rd.Number(j, "median_us", true, /*positive=*/true);
+  if (has_error) r.error = rd.String(j, "error");
+  r.timestamp = rd.Number(j, "ts");
+  CG_RETURN_IF_ERROR(rd.status());
   return r;
 }
 
@@ -205,20 +170,7 @@ Status TuningLogWriter::Append(const LogRecord& r) {
 }
 
 StatusOr<Schedule> ResolveNamed(const NamedSchedule& s, std::span<const KernelVariant* const> variants) {
-  if (variants.empty()) return Schedule::FromNamed(s.variant, s.params);
-  for (const KernelVariant* v : variants) {
-    if (s.variant != v->name) continue;
-    Schedule out;
-    out.variant = v;
-    for (size_t i = 0; i < v->params.size(); ++i) out.params[i] = v->params[i].default_value;
-    for (const auto& [name, value] : s.params) {
-      int idx = v->ParamIndex(name);
-      if (idx < 0) return InvalidArgument(fmt::format("{}: unknown parameter '{}'", v->name, name));
-      out.params[idx] = static_cast<int32_t>(value);
-    }
-    return out;
-  }
-  return NotFound(fmt::format("kernel variant '{}' is not among the variants being tuned", s.variant));
+  return Schedule::FromNamed(s.variant, s.params, variants);
 }
 
 StatusOr<MeasureResult> ToMeasureResult(const LogRecord& r, std::span<const KernelVariant* const> variants) {

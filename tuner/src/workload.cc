@@ -25,12 +25,8 @@ int LineOf(std::string_view text, size_t pos) {
 }
 
 StatusOr<OpKey> ParseKeyText(std::string_view text, std::string_view source, int line) {
-  auto key = OpKey::Parse(text);
-  if (!key.ok())
-    return InvalidArgument(fmt::format("{}:{}: '{}' is not a canonical op key: {}", source, line, text,
-                                       key.status().message()));
-  Status st = key->Validate();
-  if (!st.ok()) return InvalidArgument(fmt::format("{}:{}: '{}': {}", source, line, text, st.message()));
+  auto key = ParseShape(text);
+  if (!key.ok()) return InvalidArgument(fmt::format("{}:{}: {}", source, line, key.status().message()));
   return key;
 }
 
@@ -101,39 +97,6 @@ StatusOr<std::vector<OpKey>> ReadWorkloadFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ParseWorkload(ss.str(), path);
-}
-
-StatusOr<OpKey> ParseGemmShape(std::string_view text, DType dtype) {
-  std::vector<std::string_view> parts;
-  size_t pos = 0;
-  while (true) {
-    size_t comma = text.find(',', pos);
-    parts.push_back(Trim(text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos)));
-    if (comma == std::string_view::npos) break;
-    pos = comma + 1;
-  }
-  if (parts.size() != 3 && parts.size() != 4)
-    return InvalidArgument(fmt::format("--shape '{}': expected M,N,K or M,N,K,TT (TT in nn, nt, tn, tt)", text));
-  int64_t d[3];
-  const char* names[3] = {"M", "N", "K"};
-  for (int i = 0; i < 3; ++i) {
-    auto [p, ec] = std::from_chars(parts[i].data(), parts[i].data() + parts[i].size(), d[i]);
-    if (ec != std::errc() || p != parts[i].data() + parts[i].size() || parts[i].empty())
-      return InvalidArgument(fmt::format("--shape '{}': {}='{}' is not an integer", text, names[i], parts[i]));
-    if (d[i] < 1) return InvalidArgument(fmt::format("--shape '{}': {}={} must be >= 1", text, names[i], d[i]));
-  }
-  bool ta = false, tb = false;
-  if (parts.size() == 4) {
-    std::string_view t = parts[3];
-    if (t.size() != 2 || (t[0] != 'n' && t[0] != 't') || (t[1] != 'n' && t[1] != 't'))
-      return InvalidArgument(fmt::format("--shape '{}': transposes '{}' must be one of nn, nt, tn, tt", text, t));
-    ta = t[0] == 't';
-    tb = t[1] == 't';
-  }
-  OpKey key = OpKey::Gemm(d[0], d[1], d[2], ta, tb, dtype);
-  Status st = key.Validate();
-  if (!st.ok()) return InvalidArgument(fmt::format("--shape '{}': {}", text, st.message()));
-  return key;
 }
 
 }  // namespace cliffguard::tuner

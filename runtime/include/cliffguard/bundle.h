@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cliffguard/device.h"
+#include "cliffguard/file_io.h"
 #include "cliffguard/kernel.h"
 #include "cliffguard/op_key.h"
 #include "cliffguard/status.h"
@@ -86,19 +87,11 @@ std::vector<uint8_t> SerializeBundle(const BundleSpec& spec);
 // op defaults it cannot decode are listed in `unreadable`, the rest are returned.
 StatusOr<BundleSpec> ParseBundle(std::span<const uint8_t> bytes, std::string_view source = "buffer");
 
-// Reads a whole file with size checks (missing, directory, empty, > kMaxBundleBytes).
-StatusOr<std::vector<uint8_t>> ReadFileBytes(const std::string& path, int64_t max_bytes = kMaxBundleBytes);
 // Reads a bundle file: a file over kMaxBundleBytes is refused before any read, and
 // one whose first 8 bytes lack the bundle file identifier before the rest is read.
 StatusOr<std::vector<uint8_t>> ReadBundleFileBytes(const std::string& path);
 StatusOr<BundleSpec> ReadBundleFile(const std::string& path);
 
-// Writes atomically: an unnamed file in the same directory (O_TMPFILE), fsync, then
-// a name and a rename, so a crash while writing leaves nothing behind. Where the
-// filesystem has no O_TMPFILE, a named temporary (mkstemp) instead, which a crash can
-// leave. On any failure (disk full, permissions) the destination is untouched and no
-// temporary remains.
-Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> bytes);
 Status WriteBundleFile(const std::string& path, const BundleSpec& spec);
 
 // The JSON form read by `cliffguard pack` and printed by `cliffguard inspect --json`.

@@ -12,34 +12,47 @@
 
 namespace cliffguard {
 
-enum class Backend : uint8_t { kCpu = 0, kCuda = 1 };
+enum class Backend : uint8_t {
+#define CG_BACKEND(e, name) e,
+#include "cliffguard/defs/backends.inc"
+};
 const char* BackendName(Backend b);  // "cpu", "cuda"
 
-// Cumulative x86 ISA levels as a bitmask (STYLE H5). A host at kIsaAvx512 also has
-// kIsaAvx2 and kIsaScalar. kIsaAvx2 means AVX2 + FMA; kIsaAvx512 means F+BW+DQ+VL.
+// Cumulative x86 ISA levels as a bitmask (STYLE H5), one row each in
+// defs/isa_levels.inc. A host at kIsaAvx512 also has kIsaAvx2 and kIsaScalar.
 enum IsaBits : uint32_t {
-  kIsaScalar = 1u << 0,
-  kIsaAvx2 = 1u << 1,
-  kIsaAvx512 = 1u << 2,
+#define CG_ISA(e, bit, name, meaning) e = 1u << bit,
+#include "cliffguard/defs/isa_levels.inc"
 };
 // The highest level in `mask`: "avx512", "avx2" or "scalar".
 const char* IsaLevelName(uint32_t mask);
 
 struct DeviceInfo {
   Backend backend = Backend::kCpu;
+  std::string spec;    // how it is selected: "cpu", "cuda:0"
   std::string name;    // CPU brand string or GPU name
   std::string vendor;  // "GenuineIntel", "AuthenticAMD", "NVIDIA"
   std::string arch;    // IsaLevelName(isa) on the CPU; "sm_90" on CUDA
-  uint32_t isa = kIsaScalar;
-  int family = 0, model = 0;
-  int threads = 1;     // thread budget the runtime runs with (part of the identity)
+  uint32_t isa = kIsaScalar;  // CPU features (IsaBits); 0 on CUDA
+  int family = 0, model = 0;  // CPU family/model; CUDA compute capability major/minor
+  // CPU: the thread budget kernels run with (part of the identity). CUDA: 1 (one
+  // host thread launches; the GPU's parallelism is sm_count).
+  int threads = 1;
+  int sm_count = 0;    // CUDA: streaming multiprocessors; 0 on the CPU
   int64_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;  // per core (l1d, l2), shared (l3)
+  int64_t memory_bytes = 0;  // CUDA: global memory; 0 on the CPU
   // Named integer properties in a fixed order; stored in bundles.
   std::vector<std::pair<std::string, int64_t>> properties;
-  // Stable string derived from backend, vendor, family/model, arch, caches and
-  // threads, e.g. "cpu-avx512-3f9a0c12d4e5b6a7". Equal fingerprints mean a bundle
-  // tuned on one applies to the other.
+  // Stable string derived from what identifies the hardware (backend, vendor, name,
+  // family/model, caches; SM count and memory on CUDA) and the thread budget, e.g.
+  // "cpu-t2-3f9a0c12d4e5b6a7" or "cuda-sm_90-0c9d...". ISA feature bits are not part
+  // of it: a build that probes one more feature keeps matching existing bundles, and
+  // each entry is checked for the features its kernel needs. Equal fingerprints mean
+  // a bundle tuned on one applies to the other.
   std::string fingerprint;
+  // The fingerprint of cliffguard 0.1 bundles (its basis included the ISA level);
+  // such bundles still apply. Empty on CUDA.
+  std::string legacy_fingerprint;
 };
 
 // The host CPU as probed once (cpuid), thread-safe, with the given thread budget.
@@ -47,8 +60,29 @@ struct DeviceInfo {
 // hardware threads available to the process.
 DeviceInfo HostCpuDevice(int threads = 0);
 
-// Recomputes `properties` and `fingerprint` from the other fields.
+// Recomputes `properties`, `fingerprint` and `legacy_fingerprint` from the other fields.
 void FinalizeDeviceInfo(DeviceInfo& d);
+
+// What `device` is in a bundle's terms: whether a bundle whose device fingerprint is
+// `fingerprint` was tuned on it.
+inline bool FingerprintMatches(const DeviceInfo& device, std::string_view fingerprint) {
+  return fingerprint == device.fingerprint || (!device.legacy_fingerprint.empty() && fingerprint == device.legacy_fingerprint);
+}
+
+// Every device this build runs on: the host CPU with the given thread budget, then
+// each visible CUDA GPU (builds with CUDA). `cuda_status` says why there are no GPUs
+// ("not built with CUDA", "no CUDA driver (error 35)", ...) or is empty.
+struct DeviceList {
+  std::vector<DeviceInfo> devices;
+  std::string cuda_status;
+};
+DeviceList ListDevices(int cpu_threads = 0);
+
+// The device a spec names: "" or "cpu" is the host CPU with `threads`
+// (ResolveThreadBudget's rule); "cuda:N" is visible GPU N. An unknown spec or a GPU
+// that is not there is kInvalidArgument / kNotFound naming the spec and the devices
+// that exist.
+StatusOr<DeviceInfo> ProbeDevice(std::string_view spec, int threads = 0);
 
 // The thread budget `HostCpuDevice(0)` would use: CLIFFGUARD_THREADS when it is a
 // valid budget, else AvailableCpus(). Use ResolveThreadBudget to refuse a bad value.

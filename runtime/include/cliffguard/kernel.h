@@ -90,18 +90,44 @@ inline GemmArgs DenseGemmArgs(const OpKey& key, const void* a, const void* b, vo
 
 struct KernelVariant;
 
+// ---- Op families: typed entry points and fixed parameters ----
+// (XNNPACK's microfnptr.h and config-types.h.) Each op family adds its function
+// type to KernelFn and its fixed parameters to KernelConfig; the dispatch core never
+// looks inside either: only the op's own files (runtime/src/ops/<op>.cc, its kernels
+// and its tests) do.
+
 // Runs one GEMM with the given parameter values. Arguments and parameters have been
 // validated (ValidateGemmArgs, CheckSchedule); the function does no allocation after
 // its first call on a thread with a given workspace size.
 using GemmFn = Status (*)(const KernelVariant& self, const GemmArgs& args, const ParamValues& params);
+// Fixed parameters of a GEMM kernel: the register tile of its micro-kernel.
+struct GemmConfig {
+  int mr = 1, nr = 1;
+};
 
+union KernelFn {
+  GemmFn gemm;  // op == kGemm
+};
+union KernelConfig {
+  GemmConfig gemm;  // op == kGemm
+};
+
+// Proposes parameter values for one key (a library that picks algorithms per shape,
+// as cuBLASLt's heuristic does); the tuner measures them beside its own search.
+// Every proposal must pass CheckSchedule for the key and device.
+using CandidateFn = std::vector<ParamValues> (*)(const KernelVariant& self, const OpKey& key,
+                                                 const DeviceInfo& device);
+// Scratch memory (bytes) one call with these parameters needs from the caller.
+using WorkspaceFn = size_t (*)(const KernelVariant& self, const OpKey& key, const ParamValues& params);
+
+// One compiled implementation with declared tunable parameters (STYLE H1-H3). The
+// same record shape serves every op family and device.
 struct KernelVariant {
-  const char* name;  // e.g. "cpu_f32_gemm_16x32__avx512"; the one name used everywhere
-  Backend backend;
+  const char* name;  // e.g. "cpu_f32_gemm_8x32__avx512"; the one name used everywhere
+  Backend backend;   // the device kind it runs on
   OpKind op;
   DType dtype;
-  uint32_t isa;  // required IsaBits (cpu); 0 on cuda
-  int mr, nr;    // register tile of a gemm micro-kernel
+  uint32_t isa;      // IsaBits every one of which the host must have (cpu); 0 on cuda
   std::span<const ParamSpec> params;
   // Declines shapes or hosts this variant cannot run (beyond backend/op/dtype/isa,
   // which VariantSupports checks). nullptr: no extra rule.
@@ -112,10 +138,13 @@ struct KernelVariant {
   Status (*check)(const KernelVariant& self, const OpKey& key, const ParamValues& params,
                   const DeviceInfo& device);
   // Adjusts the declared defaults so that check() accepts them for this key and
-  // device (e.g. threads = device.threads). nullptr: declared defaults as they are.
+  // device (e.g. threads from the shape's work). nullptr: declared defaults as they are.
   void (*fit_defaults)(const KernelVariant& self, const OpKey& key, const DeviceInfo& device,
                        ParamValues& params);
-  GemmFn gemm;
+  KernelFn fn;           // the op family's entry point (fn.gemm for kGemm)
+  KernelConfig config;   // the op family's fixed parameters (config.gemm for kGemm)
+  CandidateFn candidates = nullptr;     // optional per-key proposals
+  WorkspaceFn workspace_bytes = nullptr;  // optional scratch size; nullptr: none
 
   int ParamIndex(std::string_view param_name) const;  // -1 when absent
 };
@@ -126,7 +155,10 @@ struct KernelVariant {
 std::span<const KernelVariant> AllKernelVariants();
 const KernelVariant* FindKernelVariant(std::string_view name);
 
-// Backend/op/dtype/ISA match and the variant's own supports().
+// Whether `v` runs this op and dtype on `device` at all: backend, op, dtype, and
+// every ISA feature it needs present on the host. The one ISA check.
+Status VariantRunsOn(const KernelVariant& v, OpKind op, DType dtype, const DeviceInfo& device);
+// VariantRunsOn for the key's op and dtype, then the variant's own supports().
 Status VariantSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 
 // A kernel variant plus values for its parameters.
@@ -134,15 +166,23 @@ struct Schedule {
   const KernelVariant* variant = nullptr;
   ParamValues params{};
 
-  // "cpu_f32_gemm_16x32__avx512 mc=128 kc=256 nc=2048 ..."
+  // "cpu_f32_gemm_8x32__avx512 mc=64 kc=384 nc=2048 par=0 threads=1 ..."
   std::string ToString() const;
   // (name, value) pairs in declaration order.
   std::vector<std::pair<std::string, int64_t>> Named() const;
-  // Resolves names: unknown variant -> kNotFound; unknown parameter name ->
-  // kInvalidArgument; a value outside the declared list -> kOutOfRange; missing
-  // parameters take their default.
+  // The one way a schedule is built from names (bundles, JSON, tuning logs, the
+  // command line). Resolves the variant among `among` (default: AllKernelVariants())
+  // -> kNotFound; then SetParam for each pair; missing parameters take their default.
   static StatusOr<Schedule> FromNamed(std::string_view variant,
-                                      const std::vector<std::pair<std::string, int64_t>>& params);
+                                      const std::vector<std::pair<std::string, int64_t>>& params,
+                                      std::span<const KernelVariant* const> among = {});
+  // A schedule of `v` with every parameter at its declared default.
+  static Schedule Defaults(const KernelVariant& v);
+  // Sets one parameter by name with the full checks: a known name (kInvalidArgument),
+  // not set before (`seen`: a bit per parameter index, kInvalidArgument), a value
+  // that is one of its declared values (kOutOfRange, naming them). No narrowing: a
+  // value outside int32 is out of range.
+  Status SetParam(std::string_view name, int64_t value, uint32_t& seen);
   friend bool operator==(const Schedule& a, const Schedule& b) {
     return a.variant == b.variant && a.params == b.params;
   }
@@ -151,8 +191,8 @@ struct Schedule {
 // Every value in its list, VariantSupports, then the variant's check().
 Status CheckSchedule(const Schedule& s, const OpKey& key, const DeviceInfo& device);
 
-// The variant's declared defaults, adjusted to satisfy its check() for this key and
-// device (e.g. threads = device.threads, blocks clipped to the shape).
+// The variant's declared defaults, adjusted by its fit_defaults() for this key and
+// device (e.g. threads from the shape's work, packing of B for short M).
 Schedule VariantDefaultSchedule(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 
 // The built-in global default for a key: the first variant in AllKernelVariants()
@@ -161,6 +201,6 @@ Schedule VariantDefaultSchedule(const KernelVariant& v, const OpKey& key, const 
 StatusOr<Schedule> DefaultSchedule(const OpKey& key, const DeviceInfo& device);
 
 // Runs a schedule (the caller has checked it with CheckSchedule for args' key).
-inline Status RunGemm(const Schedule& s, const GemmArgs& args) { return s.variant->gemm(*s.variant, args, s.params); }
+inline Status RunGemm(const Schedule& s, const GemmArgs& args) { return s.variant->fn.gemm(*s.variant, args, s.params); }
 
 }  // namespace cliffguard

@@ -13,23 +13,68 @@
 
 namespace cliffguard {
 
-enum class OpKind : uint8_t { kGemm = 0, kConv2d = 1 };
-enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+// Op kinds and element types are tables (cliffguard/defs/*.inc): everything below
+// that names, parses, sizes or bounds them derives from the rows there.
+enum class OpKind : uint8_t {
+#define CG_OP_KIND(e, name, dims, shape, transposes, layout, dim_names) e,
+#include "cliffguard/defs/op_kinds.inc"
+};
+enum class DType : uint8_t {
+#define CG_DTYPE(e, name, bytes, acc, out) e,
+#include "cliffguard/defs/dtypes.inc"
+};
 
-const char* OpKindName(OpKind op);     // "gemm", "conv2d"
-const char* DTypeName(DType dtype);    // "f32", "f16", "bf16"
+inline constexpr uint8_t kNumOpKinds = 0
+#define CG_OP_KIND(...) +1
+#include "cliffguard/defs/op_kinds.inc"
+    ;  // valid OpKind values are [0, kNumOpKinds)
+inline constexpr uint8_t kNumDTypes = 0
+#define CG_DTYPE(...) +1
+#include "cliffguard/defs/dtypes.inc"
+    ;  // valid DType values are [0, kNumDTypes)
+
+struct OpKindInfo {
+  const char* name;       // "gemm"
+  int dims;               // dims a key of this op holds
+  int shape_dims;         // the first shape_dims of them are the bundle's shape, the rest its attrs
+  bool transposes;        // the key carries trans_a / trans_b (layout word nn, nt, tn or tt)
+  const char* layout;     // the fixed layout word when !transposes: "nhwc"
+  const char* dim_names;  // space-separated, key order: "m n k"
+};
+inline constexpr OpKindInfo kOpKindInfo[kNumOpKinds] = {
+#define CG_OP_KIND(e, name, dims, shape, transposes, layout, dim_names) {#name, dims, shape, transposes, layout, dim_names},
+#include "cliffguard/defs/op_kinds.inc"
+};
+
+struct DTypeInfo {
+  const char* name;   // "bf16"
+  int bytes;          // size of one element
+  DType accumulator;  // what kernels accumulate in
+  DType output;       // what a call with this input type writes by default
+};
+inline constexpr DTypeInfo kDTypeInfo[kNumDTypes] = {
+#define CG_DTYPE(e, name, bytes, acc, out) {#name, bytes, DType::acc, DType::out},
+#include "cliffguard/defs/dtypes.inc"
+};
+
+// Precondition for the Info functions: a valid value (Validate, Parse* give only those).
+constexpr const OpKindInfo& InfoOf(OpKind op) { return kOpKindInfo[static_cast<int>(op)]; }
+constexpr const DTypeInfo& InfoOf(DType dtype) { return kDTypeInfo[static_cast<int>(dtype)]; }
+
+const char* OpKindName(OpKind op);     // "gemm", "conv2d"; "?" for an invalid value
+const char* DTypeName(DType dtype);    // "f32", "f16", "bf16", "i8", "s32"; "?" for an invalid value
 StatusOr<OpKind> ParseOpKind(std::string_view s);
 StatusOr<DType> ParseDType(std::string_view s);
-size_t DTypeSize(DType dtype);
-inline constexpr uint8_t kNumOpKinds = 2;  // valid OpKind values are [0, kNumOpKinds)
-inline constexpr uint8_t kNumDTypes = 3;   // valid DType values are [0, kNumDTypes)
+size_t DTypeSize(DType dtype);         // bytes per element; 0 for an invalid value
 
-// Dimensions are held in `dims`; which slot means what depends on `op`:
+// Dimensions are held in `dims`; which slot means what depends on `op` (its row in
+// defs/op_kinds.inc):
 //   gemm:   m, n, k
 //   conv2d: n, h, w, ic, oc, kh, kw, stride_h, stride_w, pad_h, pad_w
-// Unused slots are zero, so equal shapes compare and hash equal.
+// Unused slots are zero, so equal shapes compare and hash equal. `dtype` is the
+// input type; the accumulator and output types follow from it (InfoOf(dtype)).
 struct OpKey {
-  static constexpr int kMaxDims = 11;
+  static constexpr int kMaxDims = 11;  // at least every op's dims (checked in op_key.cc)
   OpKind op = OpKind::kGemm;
   DType dtype = DType::kF32;
   bool trans_a = false;  // gemm: A is stored k x m (row-major), i.e. op(A) = A^T
@@ -46,7 +91,7 @@ struct OpKey {
   int64_t n() const { return dims[1]; }
   int64_t k() const { return dims[2]; }
   // Number of meaningful dims for this op (3 for gemm, 11 for conv2d).
-  int num_dims() const;
+  int num_dims() const { return static_cast<uint8_t>(op) < kNumOpKinds ? InfoOf(op).dims : 0; }
   // Floating-point operations of one call (2*m*n*k for gemm).
   double Flops() const;
 
@@ -73,6 +118,12 @@ struct OpKey {
   }
   friend bool operator!=(const OpKey& a, const OpKey& b) { return !(a == b); }
 };
+
+// The one shape grammar of the command line, workloads and tools: a canonical key
+// ("gemm f32 nt m=16 n=3072 k=768", any op), or the GEMM shorthand "M,N,K" or
+// "M,N,K,LAYOUT" (LAYOUT nn, nt, tn or tt: t = that operand is stored transposed;
+// f32). Spaces around the parts are ignored. Errors name the text and the rule.
+StatusOr<OpKey> ParseShape(std::string_view text);
 
 // Shape classes: a bundle's per-op default schedule is chosen from the tuned shapes
 // of one class and applied only to missed shapes of that class, because a schedule

@@ -10,8 +10,15 @@
 // built; loading or reloading bundles builds a new table and swaps it atomically.
 //
 // Miss path: never fails the call because of the miss. Counted exactly per key
-// (no lost counts under concurrency), warned once per key through spdlog, and the
-// time spent in the fallback kernel accumulated per key.
+// (no lost counts under concurrency), warned once per key through the cliffguard
+// logger (log.h), and the time spent in the fallback kernel accumulated per key. A
+// call that fails (bad arguments, no kernel for its dtype on this device) is
+// neither a hit nor a miss.
+//
+// Reports: Stats and GetMissReport each read one snapshot, consistent while other
+// threads dispatch. A Runtime in a global or static variable writes its report at
+// exit like any other. In a child of fork() counts start at zero and the report goes
+// to <report>.<pid>.json (fork while no other thread is inside a cliffguard call).
 #pragma once
 
 #include <cstdint>
@@ -30,8 +37,12 @@
 namespace cliffguard {
 
 struct RuntimeOptions {
-  // Thread budget for kernels (part of the device identity). 0: CLIFFGUARD_THREADS
-  // from the environment, else every hardware thread available to the process.
+  // The device calls run on (ProbeDevice): "" or "cpu" for the host CPU, "cuda:N"
+  // for GPU N (builds with CUDA). Bundles apply only when tuned for this device.
+  std::string device;
+  // Thread budget for kernels (part of a CPU device's identity). 0: CLIFFGUARD_THREADS
+  // from the environment, else every CPU available to the process. A bad value is
+  // refused by Create, naming it.
   int threads = 0;
   // When non-empty, the miss report is written here (atomically) when the Runtime
   // is destroyed. Empty: CLIFFGUARD_MISS_REPORT from the environment, if set.

@@ -28,10 +28,11 @@ Status GemmEntry(const KernelVariant& self, const GemmArgs& args, const ParamVal
 }  // namespace
 
 Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device) {
-  if (p[kParamMc] % v.mr != 0)
-    return InvalidArgument(fmt::format("{}: mc={} must be a multiple of mr={}", v.name, p[kParamMc], v.mr));
-  if (p[kParamNc] % v.nr != 0)
-    return InvalidArgument(fmt::format("{}: nc={} must be a multiple of nr={}", v.name, p[kParamNc], v.nr));
+  const GemmConfig& tile = v.config.gemm;
+  if (p[kParamMc] % tile.mr != 0)
+    return InvalidArgument(fmt::format("{}: mc={} must be a multiple of mr={}", v.name, p[kParamMc], tile.mr));
+  if (p[kParamNc] % tile.nr != 0)
+    return InvalidArgument(fmt::format("{}: nc={} must be a multiple of nr={}", v.name, p[kParamNc], tile.nr));
   if (p[kParamThreads] > device.threads)
     return InvalidArgument(
         fmt::format("{}: threads={} must be <= device threads={}", v.name, p[kParamThreads], device.threads));
@@ -48,7 +49,8 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
   for (int32_t t : kGemmThreadValues)
     if (t <= limit) threads = t;
   p[kParamThreads] = threads;
-  const int64_t n_panels = (key.n() + v.nr - 1) / v.nr, m_panels = (key.m() + v.mr - 1) / v.mr;
+  const GemmConfig& tile = v.config.gemm;
+  const int64_t n_panels = (key.n() + tile.nr - 1) / tile.nr, m_panels = (key.m() + tile.mr - 1) / tile.mr;
   if (threads > 1 && n_panels < threads && m_panels > n_panels) p[kParamPar] = kParM;
   if (key.trans_b) {
     p[kParamPackB] = 1;
@@ -59,9 +61,9 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
 
 std::span<const KernelVariant> CpuKernelVariants() {
   static constexpr KernelVariant kVariants[] = {
-#define CG_KERNEL(isa, name, mr, nr)                                                                   \
-  {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, mr, nr, GemmParamSet<mr, nr>::kSpecs, nullptr, \
-   &GemmCheck, &GemmFitDefaults, &GemmEntry<&name##_ukernel, mr, nr>},
+#define CG_KERNEL(isa, name, mr, nr)                                                                          \
+  {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, GemmParamSet<mr, nr>::kSpecs, nullptr, &GemmCheck, \
+   &GemmFitDefaults, {.gemm = &GemmEntry<&name##_ukernel, mr, nr>}, {.gemm = {mr, nr}}},
 #include "kernels/cpu/gemm_f32.inc"
   };
   return kVariants;

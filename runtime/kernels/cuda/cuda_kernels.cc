@@ -7,15 +7,21 @@ namespace {
 
 CudaProbe ProbeOnce() {
   CudaProbe p;
+  int index = 0;
   for (const GpuProps& g : QueryGpus(&p.status)) {
     DeviceInfo d;
     d.backend = Backend::kCuda;
+    d.spec = "cuda:" + std::to_string(index++);
     d.name = g.name;
     d.vendor = "NVIDIA";
     d.arch = "sm_" + std::to_string(g.major) + std::to_string(g.minor);
     d.isa = 0;
-    d.threads = g.sm_count;
+    d.family = g.major;
+    d.model = g.minor;
+    d.threads = 1;
+    d.sm_count = g.sm_count;
     d.l2_bytes = g.l2_bytes;
+    d.memory_bytes = g.global_mem_bytes;
     d.properties = {{"sm_count", g.sm_count},
                     {"global_mem_bytes", g.global_mem_bytes},
                     {"l2_bytes", g.l2_bytes},
@@ -32,8 +38,8 @@ CudaProbe ProbeOnce() {
 std::span<const KernelVariant> CudaKernelVariants() { return {}; }
 
 const CudaProbe& ProbeCudaDevices() {
-  static const CudaProbe probe = ProbeOnce();
-  return probe;
+  static const CudaProbe* probe = new CudaProbe(ProbeOnce());  // never destroyed: used at exit
+  return *probe;
 }
 
 bool CudaSmokeTest(int index, std::string* error) { return RunSmokeKernel(index, error); }

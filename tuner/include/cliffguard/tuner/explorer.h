@@ -51,8 +51,6 @@ class Explorer {
   // heap, then random points (epsilon share, and to fill up when the heap is short).
   std::vector<Knobs> NextBatch(int n, const VisitedFn& visited);
 
-  // The chains' current points (empty before the first round).
-  const std::vector<Knobs>& chains() const { return chains_; }
   const ExplorerStats& stats() const { return stats_; }
 
  private:

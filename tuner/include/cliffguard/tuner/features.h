@@ -2,7 +2,9 @@
 // (op key, schedule, device). The same layout is used for every variant and key so
 // that one model, shared per (device, op), learns across shapes.
 //
-// Parameters are looked up by name (KernelVariant::ParamIndex): mc, kc, nc (cache
+// Features describe the GEMM view of a key (m, n, k; conv2d as implicit GEMM) and
+// the schedule's knobs. Named knobs are those of the CPU GEMM family; they are
+// looked up by name (KernelVariant::ParamIndex): mc, kc, nc (cache
 // blocks, elements), par (which loop is parallel), threads, unroll_k, prefetch,
 // pack_a, pack_b. A variant lacking a parameter gets -1 in its raw and log2 slots;
 // derived features then use the natural default (block = whole dimension, threads =

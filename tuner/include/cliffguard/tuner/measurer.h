@@ -1,35 +1,43 @@
-// The measurer: times candidate schedules for one op key on the CPU, running
-// exactly the kernels the runtime dispatches to (RunGemm), behind a correctness
-// gate and in an isolated worker process.
+// The measurer: times candidate schedules for one op key on the device, running
+// exactly the kernels the runtime dispatches to, behind a correctness gate and in
+// an isolated worker process.
 //
-// Per batch, the measurer forks a worker process that measures the candidates one
-// after another and streams one result per candidate back through a pipe. The
-// parent enforces a per-candidate timeout. When a candidate crashes the worker
-// (any signal) or hangs (timeout, then SIGKILL), that candidate becomes an error
-// record naming the signal or the timeout, and a new worker resumes with the
-// remaining candidates. The tuner process itself never runs a candidate kernel.
+// Measurer is the interface the tuner drives (tests inject fakes with scripted
+// times); SandboxMeasurer is the real one. It has two halves: a generic process
+// sandbox (tuner/src/sandbox.h: a worker per batch, a pipe, poll, deadlines,
+// signals) and a per-op harness (tuner/src/harness.h: inputs, reference, arguments,
+// check). Per batch a worker measures the candidates one after another and streams
+// one result per candidate back. The parent enforces a per-candidate timeout. When
+// a candidate crashes the worker (any signal) or hangs (timeout, then SIGKILL), that
+// candidate becomes an error record naming the signal or the timeout, and a new
+// worker resumes with the remaining candidates. The tuner process itself never runs
+// a candidate kernel.
+//
+// Workers are forked (cheap; they inherit the cached inputs and reference) unless
+// MeasureOptions::worker_command is set: then each worker is that program, spawned
+// (posix_spawn), reading its job on stdin (RunMeasureWorker). Spawned workers are
+// safe with a GPU context in the tuner process; forked ones are not.
 //
 // Per candidate, in the worker:
 //   1. correctness gate: one call on inputs whose output buffer is pre-filled with
 //      NaN, compared against a double-precision reference of the same inputs
-//      (computed once per key in the parent and cached; every output element for
-//      outputs up to MeasureOptions::full_check_elements, else a random sample of
-//      max_checked elements plus the four corners). The error of element (i,j) is
-//      |c_ij - ref_ij| / sum_k |a_ik b_kj|; a maximum above the tolerance (or a
-//      NaN) makes the candidate the error record
+//      (every output element for outputs up to MeasureOptions::full_check_elements,
+//      else a random sample of max_checked elements plus the four corners). The
+//      error of element (i,j) is |c_ij - ref_ij| / sum_k |a_ik b_kj|; a maximum
+//      above the tolerance (or a NaN) makes the candidate the error record
 //      "wrong result: max rel error X > tol T at (i,j)", which can never win.
 //   2. warm-up: calls for warmup_ms (at least one call).
 //   3. timing: single calls, each timed with steady_clock, until the timed calls
 //      sum to min_time_ms and at least min_repeats were made; the result is the
 //      median per-call time.
-// Inputs are rotated across several identical copies (A, B and C) so that a call
-// does not find its operands in cache from the previous call: the copies together
-// cover twice the cache of the device (L3 + L2 x threads; 32 MiB when unknown),
-// at most max_copies copies and 1 GiB. This models serving, where other layers'
-// activations and weights displace an operator's operands between its calls.
+// Inputs are rotated across several identical copies so that a call does not find
+// its operands in cache from the previous call: the copies together cover twice the
+// cache of the device (L3 + L2 x threads; 32 MiB when unknown), at most max_copies
+// copies and 1 GiB. This models serving, where other layers' activations and
+// weights displace an operator's operands between its calls.
 //
-// Threads: the kernel runs with the thread count of its schedule ("threads" /
-// "par" parameters); the measurer adds no threading of its own.
+// Threads: the kernel runs with the thread count of its schedule; the measurer adds
+// no threading of its own.
 //
 // Not thread-safe: one Measurer per thread. Measure() blocks until the batch is done.
 #pragma once
@@ -39,13 +47,14 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cliffguard/device.h"
 #include "cliffguard/kernel.h"
 #include "cliffguard/op_key.h"
 #include "cliffguard/status.h"
-#include "cliffguard/tuner/strategy.h"
+#include "cliffguard/tuner/measure_result.h"
 
 namespace cliffguard::tuner {
 
@@ -67,46 +76,64 @@ struct MeasureOptions {
   // Near-tie re-measurement (MeasureInterleaved): rounds over the candidates;
   // each round gives each candidate min_time_ms / 2 of timed calls.
   int interleave_rounds = 4;
+  // Empty: workers are forked. Else each worker is spawned as this program and
+  // arguments (e.g. {"/usr/bin/cliffguard", "measure-worker"}) and reads its job on
+  // stdin; required for a CUDA device. Planted variants (not in this build's table)
+  // cannot be measured this way.
+  std::vector<std::string> worker_command;
 };
 
 class Measurer {
  public:
-  explicit Measurer(DeviceInfo device, MeasureOptions options = {});
-  ~Measurer();
-  Measurer(const Measurer&) = delete;
-  Measurer& operator=(const Measurer&) = delete;
+  virtual ~Measurer() = default;
+  virtual const DeviceInfo& device() const = 0;
 
-  const DeviceInfo& device() const { return device_; }
-  const MeasureOptions& options() const { return options_; }
-
-  // Called in the parent as each result arrives (index into the batch). The
-  // tuner appends it to the log from here, so a killed run loses at most the
-  // candidate in flight.
+  // Called as each result arrives (index into the batch). The tuner appends it to
+  // the log from here, so a killed run loses at most the candidate in flight.
   using ResultCallback = std::function<void(size_t index, const MeasureResult& result)>;
 
   // Measures every schedule for `key`; returns one result per schedule, in order.
   // Schedules that fail CheckSchedule become error records without running.
   // Failures of candidates are results, never a non-OK return; the call fails only
-  // when the key is invalid or the operating system refuses a pipe or fork.
-  StatusOr<std::vector<MeasureResult>> Measure(const OpKey& key, std::span<const Schedule> schedules,
-                                               const ResultCallback& on_result = {});
+  // when the key is invalid or the operating system refuses a pipe, fork or spawn.
+  virtual StatusOr<std::vector<MeasureResult>> Measure(const OpKey& key, std::span<const Schedule> schedules,
+                                                       const ResultCallback& on_result = {}) = 0;
 
   // Re-measures candidates together for a near-tie decision: interleave_rounds
   // rounds, each timing every candidate in turn, so slow drift of the machine
   // (frequency, other processes) affects all of them alike. The median over all
   // timed calls of a candidate is its result.
-  StatusOr<std::vector<MeasureResult>> MeasureInterleaved(const OpKey& key, std::span<const Schedule> schedules);
+  virtual StatusOr<std::vector<MeasureResult>> MeasureInterleaved(const OpKey& key,
+                                                                  std::span<const Schedule> schedules) = 0;
+};
 
-  struct KeyData;  // inputs and reference of one key (internal)
+class OpHarness;
+
+class SandboxMeasurer final : public Measurer {
+ public:
+  explicit SandboxMeasurer(DeviceInfo device, MeasureOptions options = {});
+  ~SandboxMeasurer() override;
+
+  const DeviceInfo& device() const override { return device_; }
+  const MeasureOptions& options() const { return options_; }
+  StatusOr<std::vector<MeasureResult>> Measure(const OpKey& key, std::span<const Schedule> schedules,
+                                               const ResultCallback& on_result = {}) override;
+  StatusOr<std::vector<MeasureResult>> MeasureInterleaved(const OpKey& key, std::span<const Schedule> schedules) override;
 
  private:
   StatusOr<std::vector<MeasureResult>> Run(const OpKey& key, std::span<const Schedule> schedules, bool interleaved,
                                            const ResultCallback& on_result);
-  StatusOr<const KeyData*> DataFor(const OpKey& key);
+  StatusOr<OpHarness*> HarnessFor(const OpKey& key);
 
   DeviceInfo device_;
   MeasureOptions options_;
-  std::vector<std::unique_ptr<KeyData>> cache_;  // most recent last; a few keys
+  std::vector<std::unique_ptr<OpHarness>> cache_;  // most recent last; a few keys
 };
+
+// The body of a spawned worker (e.g. `cliffguard measure-worker`): reads one job
+// (JSON, written by SandboxMeasurer) from `job`, measures it and writes the result
+// lines to `out_fd`. Returns the process exit status: 0, or 5 for a job it cannot
+// read or a device that is not the job's (the reason on stderr).
+int RunMeasureWorker(std::string_view job, int out_fd);
 
 }  // namespace cliffguard::tuner

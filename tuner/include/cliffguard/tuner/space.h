@@ -80,8 +80,6 @@ class SearchSpace {
   // this space and kOutOfRange when a value is not in its list.
   Schedule ToSchedule(const Knobs& k) const;
   StatusOr<Knobs> FromSchedule(const Schedule& s) const;
-  // The value of parameter `param` of point k (precondition: param < its count).
-  int32_t Value(const Knobs& k, int param) const;
 
   // CheckSchedule(ToSchedule(k)), without re-checking what Create established.
   Status Check(const Knobs& k) const;

@@ -16,21 +16,13 @@
 #include "cliffguard/kernel.h"
 #include "cliffguard/op_key.h"
 #include "cliffguard/status.h"
+#include "cliffguard/tuner/measure_result.h"
 #include "cliffguard/tuner/space.h"
 
 namespace cliffguard::tuner {
 
 class SearchSpace;
 class CostModel;
-
-// One measurement of one schedule for one key.
-struct MeasureResult {
-  OpKey key;
-  Schedule schedule;
-  bool ok = false;        // passed the correctness gate and timed
-  double median_us = 0;   // median time per call, microseconds (ok only)
-  std::string error;      // why not ok, e.g. "wrong result: max error 3.1e-02 > 1.0e-03"
-};
 
 struct StrategyOptions {
   uint64_t seed = 1;
@@ -69,7 +61,6 @@ class SearchStrategy {
 class StrategyBase : public SearchStrategy {
  public:
   const SearchSpace& space() const { return space_; }
-  size_t num_visited() const { return visited_.size(); }
 
  protected:
   StrategyBase(const SearchSpace& space, const StrategyOptions& options);

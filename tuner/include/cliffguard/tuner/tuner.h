@@ -1,7 +1,8 @@
 // The tuner driver: for each op key, asks a search strategy for batches of
 // schedules, measures them (measurer.h), logs every measurement (tuning_log.h),
 // feeds results back, decides the winner with a noise-aware rule, and assembles a
-// bundle (bundle_writer.h).
+// bundle (bundle_writer.h). It runs in phases (tuner.cc): log replay, then per key
+// the default, the search and the noise rule, then bundle defaults and the cost model.
 //
 // Per key:
 //   1. the default schedule (DefaultSchedule) is measured once ("default" record;
@@ -16,9 +17,10 @@
 //      tuned_us. The default schedule joins every re-measured group (beyond
 //      tie_max), so default_us comes from the same measurement. A lone leader is not
 //      re-measured.
-// Then, per op, the bundle default (bundle_writer.h rule): candidates are the
-// top default_candidates schedules of every tuned key; each candidate's time on
-// each other shape comes from the log or is measured now ("cross" records).
+// Then, per op and shape class, the bundle default (docs/tuning.md): candidates are
+// the top default_candidates schedules of every tuned key of the class; each
+// candidate's time on each other shape comes from the log or is measured now
+// ("cross" records); it ships only when it beats the built-in default there.
 //
 // Cost model: one CostModel per (device, op) shared by every key of the run and
 // warm-started with every log record of other keys on this device (transfer
@@ -87,8 +89,12 @@ struct TunerOptions {
   std::string objective = "rank";    // cost model objective: "rank" (rank:pairwise) or "reg" (reg:squarederror)
   double key_time_limit_s = 0;       // stop a key's trials after this long; 0: none
   double total_time_limit_s = 0;     // stop starting new batches after this long; 0: none
-  int threads = 0;                   // device thread budget (HostCpuDevice); 0: default
-  MeasureOptions measure;
+  std::string device;                // the device tuned for (ProbeDevice): "" or "cpu", "cuda:N"
+  int threads = 0;                   // CPU thread budget (ResolveThreadBudget); 0: default
+  MeasureOptions measure;            // for the SandboxMeasurer made when `measurer` is null
+  // Measures the candidates (non-owning; must be for `device`). nullptr: a
+  // SandboxMeasurer with `measure`. Tests pass a fake with scripted times.
+  Measurer* measurer = nullptr;
   double tie_tolerance = 0.03;       // near-tie band for re-measurement (relative)
   int tie_max = 4;                   // at most this many candidates re-measured per key
   bool bundle_default = true;        // compute the per-op bundle default

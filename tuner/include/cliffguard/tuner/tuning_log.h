@@ -24,7 +24,7 @@
 #include "cliffguard/kernel.h"
 #include "cliffguard/op_key.h"
 #include "cliffguard/status.h"
-#include "cliffguard/tuner/strategy.h"
+#include "cliffguard/tuner/measure_result.h"
 
 namespace cliffguard::tuner {
 

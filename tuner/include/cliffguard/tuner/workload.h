@@ -1,8 +1,9 @@
-// Workloads: the list of op keys to tune. Read from the command line (--shape),
-// from a workload file, or from a miss report. Schema: formats/workload.schema.json.
+// Workloads: the list of op keys to tune. Read from the command line (--shape, with
+// ParseShape of op_key.h), from a workload file, or from a miss report. Schema: formats/workload.schema.json.
 //
 // Workload file, either form:
-//   plain lines of canonical op keys ('#' starts a comment, blank lines ignored):
+//   plain lines, each a shape in ParseShape's grammar (a canonical op key, or the
+//   GEMM shorthand M,N,K[,LAYOUT]; '#' starts a comment, blank lines ignored):
 //       # BERT-base FFN
 //       gemm f32 nn m=128 n=3072 k=768
 //   or a JSON array of the same strings:
@@ -24,11 +25,6 @@ namespace cliffguard::tuner {
 // non-blank character being '['). `source` names the text in error messages.
 StatusOr<std::vector<OpKey>> ParseWorkload(std::string_view text, std::string_view source = "workload");
 StatusOr<std::vector<OpKey>> ReadWorkloadFile(const std::string& path);
-
-// Parses a --shape argument for a gemm: "M,N,K" (no transposes, f32) or
-// "M,N,K,TT" where TT is two letters from {n,t}: the first for A, the second for
-// B ("nt": B is stored n x k). Every dimension must be an integer >= 1.
-StatusOr<OpKey> ParseGemmShape(std::string_view text, DType dtype = DType::kF32);
 
 // Drops later duplicates, keeping first-seen order.
 std::vector<OpKey> DedupKeys(const std::vector<OpKey>& keys);

@@ -1,0 +1,217 @@
+// GEMM's entry points: Runtime::Gemm (per call), PlanGemm and GemmPlan (resolved
+// once), the leading-dimension rule, and GEMM's row of the op table. The only
+// runtime file that knows what a GEMM call looks like.
+#include <fmt/format.h>
+
+#include "ops/op_table.h"
+#include "runtime_impl.h"
+
+namespace cliffguard {
+namespace {
+
+// Argument checks for a call whose key is known valid (a table entry's or a plan's):
+// that key's leading-dimension bounds (ValidateGemmArgs' rule) and pointers.
+// Branch-free.
+template <typename Bounds>
+inline bool KnownKeyArgsValid(const GemmArgs& a, const Bounds& ld) {
+  return (a.lda >= ld.lo[0]) & (a.lda <= ld.hi[0]) & (a.ldb >= ld.lo[1]) & (a.ldb <= ld.hi[1]) &
+         (a.ldc >= ld.lo[2]) & (a.ldc <= ld.hi[2]) & (a.a != nullptr) & (a.b != nullptr) & (a.c != nullptr);
+}
+
+// The table entry of a call's key, matched without building an OpKey: gemm keys in
+// the table have zero unused dimensions (OpKey::Validate), so comparing the gemm
+// fields is key equality.
+inline const TableEntry* FindGemm(const DispatchTable& t, const GemmArgs& a, uint64_t hash) {
+  const uint32_t head = static_cast<uint32_t>(OpKind::kGemm) | (static_cast<uint32_t>(a.dtype) << 8) |
+                        (static_cast<uint32_t>(a.trans_a) << 16) | (static_cast<uint32_t>(a.trans_b) << 24);
+  return t.Probe(hash, [&](const OpKey& k) {
+    return ((k.dims[0] ^ a.m) | (k.dims[1] ^ a.n) | (k.dims[2] ^ a.k)) == 0 && DispatchTable::HeadWord(k) == head;
+  });
+}
+
+// The entry a call hits (usable, arguments valid for its key), or nullptr; `found`
+// keeps what the probe found, which decides the kind of a miss.
+inline const TableEntry* HitEntry(const DispatchTable& t, const GemmArgs& a, uint64_t hash, const TableEntry*& found) {
+  found = FindGemm(t, a, hash);
+  return found && !found->rejected && KnownKeyArgsValid(a, found->bounds) ? found : nullptr;
+}
+
+inline Status RunHit(ThreadSlot* s, const TableEntry& e, const GemmArgs& a) {
+  s->CountHit(e.index);
+  return RunGemm(e.schedule, a);
+}
+
+// Dimensions and dtype that can form a gemm key; the rest of ValidateGemmArgs' rule
+// is the key's leading-dimension bounds (KnownKeyArgsValid).
+inline bool GemmDimsValid(const GemmArgs& a) {
+  constexpr int64_t kMax = int64_t{1} << 31;
+  return (a.m >= 1) & (a.n >= 1) & (a.k >= 1) & (a.m <= kMax) & (a.n <= kMax) & (a.k <= kMax) &
+         (static_cast<uint8_t>(a.dtype) < kNumDTypes);
+}
+
+// Out of line so that the hit paths keep a small frame.
+[[gnu::noinline, gnu::cold]] Status InvalidGemmArgs(const GemmArgs& a) {
+  CG_RETURN_IF_ERROR(ValidateGemmArgs(a));
+  return InvalidArgument(fmt::format("gemm: arguments m={} n={} k={} are too large", a.m, a.n, a.k));
+}
+
+Status MissGemm(Runtime::Impl& r, ThreadSlot* s, const GemmArgs& a, uint64_t hash, const DispatchTable* t,
+                const TableEntry* found) {
+  const OpKey key = GemmKeyOf(a);
+  ThreadSlot::MissCacheLine& line = s->miss_cache[hash >> 60];
+  if (!line.Holds(hash, t->generation(), key)) {
+    // Checked before the miss is recorded: a call with bad arguments is refused, not counted.
+    const ArgBounds bounds = ops::gemm::KeyArgBounds(key);
+    if (!KnownKeyArgsValid(a, bounds)) [[unlikely]] return InvalidGemmArgs(a);
+    CG_RETURN_IF_ERROR(r.FillMissLine(line, key, hash, t, found, bounds));
+  } else if (!KnownKeyArgsValid(a, line.bounds)) [[unlikely]] {
+    return InvalidGemmArgs(a);
+  }
+  const uint64_t t0 = TickClock::Now();
+  Status st = RunGemm(line.fallback, a);
+  line.entry->Record(s->stripe, t0, TickClock::Now());
+  return st;
+}
+
+// Runtime::Gemm after its fast path: the thread's first call on a new table, a hit
+// with bad arguments, or a miss.
+[[gnu::noinline]] Status GemmSlow(Runtime::Impl& r, ThreadSlot* s, const GemmArgs& a, uint64_t hash) {
+  const DispatchTable* t = r.table.load(std::memory_order_acquire);
+  if (t != s->table.load(std::memory_order_relaxed)) t = r.slots.SwitchTable(s, r.table);
+  const TableEntry* found;
+  if (const TableEntry* e = HitEntry(*t, a, hash, found)) return RunHit(s, *e, a);
+  if (!GemmDimsValid(a)) [[unlikely]] return InvalidGemmArgs(a);
+  return MissGemm(r, s, a, hash, t, found);
+}
+
+}  // namespace
+
+namespace ops::gemm {
+ArgBounds KeyArgBounds(const OpKey& key) {
+  const GemmLdBounds ld = GemmLeadingDimBounds(key);
+  ArgBounds b;
+  for (int i = 0; i < 3; ++i) {
+    b.lo[i] = ld.lo[i];
+    b.hi[i] = ld.hi[i];
+  }
+  return b;
+}
+}  // namespace ops::gemm
+
+GemmLdBounds GemmLeadingDimBounds(const OpKey& key) {
+  constexpr int64_t kMaxElems = int64_t{1} << 40;
+  const int64_t m = key.dims[0], n = key.dims[1], k = key.dims[2];
+  const int64_t rows[3] = {key.trans_a ? k : m, key.trans_b ? n : k, m};
+  const int64_t cols[3] = {key.trans_a ? m : k, key.trans_b ? k : n, n};
+  GemmLdBounds b;
+  for (int i = 0; i < 3; ++i) {
+    b.lo[i] = cols[i];
+    b.hi[i] = kMaxElems / rows[i];
+  }
+  return b;
+}
+
+Status ValidateGemmArgs(const GemmArgs& a) {
+  const OpKey key = GemmKeyOf(a);
+  CG_RETURN_IF_ERROR(key.Validate());
+  const GemmLdBounds bounds = GemmLeadingDimBounds(key);
+  const int64_t ld[3] = {a.lda, a.ldb, a.ldc};
+  const int64_t rows[3] = {a.trans_a ? a.k : a.m, a.trans_b ? a.n : a.k, a.m};
+  static constexpr const char* kName[3] = {"lda", "ldb", "ldc"};
+  const char* row_length[3] = {a.trans_a ? "m, A transposed" : "k", a.trans_b ? "k, B transposed" : "n", "n"};
+  for (int i = 0; i < 3; ++i) {
+    if (ld[i] < bounds.lo[i])
+      return InvalidArgument(fmt::format("gemm: {}={} must be >= {} ({})", kName[i], ld[i], bounds.lo[i], row_length[i]));
+    if (ld[i] > bounds.hi[i])
+      return InvalidArgument(fmt::format("gemm: {} spans {} rows x {}={}: over 2^40 elements", "ABC"[i], rows[i],
+                                         kName[i], ld[i]));
+  }
+  if (!a.a || !a.b || !a.c)
+    return InvalidArgument(fmt::format("gemm: pointer {} is null", !a.a ? "a" : !a.b ? "b" : "c"));
+  return Status::Ok();
+}
+
+Status Runtime::Gemm(const GemmArgs& a) {
+  Impl& r = *impl_;
+  // Look up first: a key found in the table is a valid key, so a hit only checks
+  // the leading dimensions and pointers. The hit path ends in a tail call; anything
+  // else (a new table for this thread, a miss, bad arguments) goes to GemmSlow.
+  const uint64_t hash = GemmKeyHash(a.dtype, a.trans_a, a.trans_b, a.m, a.n, a.k);
+  ThreadSlot* s = r.slots.Local();
+  const DispatchTable* t = r.table.load(std::memory_order_acquire);
+  if (t == s->table.load(std::memory_order_relaxed)) [[likely]] {
+    const TableEntry* found;
+    if (const TableEntry* e = HitEntry(*t, a, hash, found)) [[likely]] return RunHit(s, *e, a);
+  }
+  return GemmSlow(r, s, a, hash);
+}
+
+StatusOr<GemmPlan> Runtime::PlanGemm(const OpKey& key) {
+  if (key.op != OpKind::kGemm) return InvalidArgument(fmt::format("PlanGemm: key '{}' is not a gemm", key.ToString()));
+  CG_RETURN_IF_ERROR(key.Validate());
+  Impl& r = *impl_;
+  GemmPlan plan;
+  plan.key_ = key;
+  plan.ld_ = GemmLeadingDimBounds(key);
+  {
+    std::lock_guard<std::mutex> lock(r.load_mu);
+    const DispatchTable* t = r.table.load(std::memory_order_acquire);
+    const TableEntry* e = t->Find(key, key.Hash());
+    if (e && !e->rejected) {
+      plan.hit_ = true;
+      plan.schedule_ = e->schedule;
+    } else {
+      std::string why;
+      plan.miss_ = r.FindMiss(key, key.Hash(), t, e, plan.schedule_, why);
+      if (!plan.miss_)
+        return Unimplemented(fmt::format("PlanGemm: no kernel runs '{}' on {}: {}", key.ToString(), r.device.fingerprint, why));
+    }
+  }
+  if (plan.hit_) plan.plan_index_ = r.slots.PlanIndex(key);
+  plan.runtime_ = &r;
+  return plan;
+}
+
+GemmPlan::GemmPlan(GemmPlan&& o) noexcept { *this = std::move(o); }
+GemmPlan& GemmPlan::operator=(GemmPlan&& o) noexcept {
+  runtime_ = std::exchange(o.runtime_, nullptr);
+  key_ = o.key_;
+  schedule_ = o.schedule_;
+  ld_ = o.ld_;
+  hit_ = std::exchange(o.hit_, false);
+  plan_index_ = o.plan_index_;
+  miss_ = std::exchange(o.miss_, nullptr);
+  return *this;
+}
+GemmPlan::~GemmPlan() = default;
+
+Status GemmPlan::Run(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, float alpha,
+                     float beta) const {
+  if (!runtime_) [[unlikely]] return InvalidState("GemmPlan::Run: the plan is empty (default-constructed or moved from)");
+  GemmArgs args;
+  args.dtype = key_.dtype;
+  args.trans_a = key_.trans_a;
+  args.trans_b = key_.trans_b;
+  args.m = key_.dims[0];
+  args.n = key_.dims[1];
+  args.k = key_.dims[2];
+  args.a = a;
+  args.lda = lda;
+  args.b = b;
+  args.ldb = ldb;
+  args.c = c;
+  args.ldc = ldc;
+  args.alpha = alpha;
+  args.beta = beta;
+  if (!KnownKeyArgsValid(args, ld_)) [[unlikely]] return InvalidGemmArgs(args);
+  if (hit_) [[likely]] {
+    runtime_->slots.CountPlanHit(runtime_->slots.Local(), plan_index_);
+    return RunGemm(schedule_, args);
+  }
+  const uint64_t t0 = TickClock::Now();
+  Status st = RunGemm(schedule_, args);
+  miss_->Record(runtime_->slots.Local()->stripe, t0, TickClock::Now());
+  return st;
+}
+
+}  // namespace cliffguard

@@ -1,0 +1,84 @@
+// Internal: the state behind a Runtime, shared by the files that implement it:
+//   runtime.cc      creation, device, destruction, fork
+//   bundle_set.cc   the loaded bundles, table build and swap, reclamation, load logs
+//   fallback.cc     what a missed key runs, miss records, Resolve
+//   reports.cc      Stats, miss reports
+//   ops/<op>.cc     each op's entry points (the only files that know an op)
+//   thread_slots.*  per-thread counters and hazard pointers
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "cliffguard/runtime.h"
+#include "dispatch_table.h"
+#include "miss_log.h"
+#include "thread_slots.h"
+
+namespace cliffguard {
+
+struct LoadedBundle {
+  LoadReport report;
+  ResolvedBundle resolved;  // empty when the device does not match
+};
+
+struct Runtime::Impl {
+  explicit Impl(RuntimeOptions o, DeviceInfo d);
+
+  RuntimeOptions options;
+  DeviceInfo device;
+  TickClock clock;
+
+  std::atomic<const DispatchTable*> table{nullptr};
+  std::mutex load_mu;  // serialises loads, table swaps and reclamation
+  std::vector<LoadedBundle> bundles;
+  std::vector<std::unique_ptr<const DispatchTable>> tables;  // current + retired, still referenced
+  uint64_t generation = 0;
+
+  MissLog misses;
+  ThreadSlots slots;
+
+  std::mutex warned_mu;
+  std::unordered_set<std::string> warned_bundles;  // LogLoad: bundles warned about once
+
+  pid_t pid;                // the process whose calls are counted (a fork child's own)
+  std::string report_path;  // where the destructor writes the miss report; "" for none
+
+  // bundle_set.cc
+  StatusOr<LoadedBundle> Prepare(std::span<const uint8_t> bytes, const std::string& source) const;
+  void LogLoad(const LoadReport& r);
+  void RebuildLocked();  // caller holds load_mu
+  void ReclaimLocked();  // caller holds load_mu
+
+  // fallback.cc
+  // Kind and fallback schedule of a missed key under table t (`found`: what the
+  // probe found, a rejected entry or nothing).
+  void RefreshMiss(MissEntry& m, const DispatchTable* t, const TableEntry* found) const;
+  // The miss record of a key, or nullptr (reason in `why`) when no kernel runs it:
+  // such a call fails and is not a miss. Warns once per key.
+  MissEntry* FindMiss(const OpKey& key, uint64_t hash, const DispatchTable* t, const TableEntry* found,
+                      Schedule& fallback, std::string& why);
+  // Fills a thread's miss cache line for a key under table t (its record, fallback
+  // and argument bounds); the call's arguments were checked against `bounds`.
+  // kUnimplemented (nothing recorded) when no kernel runs the key.
+  Status FillMissLine(ThreadSlot::MissCacheLine& line, const OpKey& key, uint64_t hash, const DispatchTable* t,
+                      const TableEntry* found, const ArgBounds& bounds);
+
+  // reports.cc
+  // Per-key hits and misses; the misses from `snap`, so that a report's totals and
+  // records come from one snapshot.
+  std::unordered_map<OpKey, KeyStats, OpKeyHash> CollectStats(const std::vector<MissLog::Snapshot>& snap);
+
+  // runtime.cc
+  void ResetAfterFork();
+};
+
+}  // namespace cliffguard

@@ -1,0 +1,101 @@
+// Devices and the tables that name ops, dtypes and ISA levels.
+#include <gtest/gtest.h>
+
+#include "cliffguard/bundle.h"
+#include "cliffguard/device.h"
+#include "cliffguard/runtime.h"
+#include "test_bundles.h"
+
+namespace cliffguard {
+namespace {
+
+TEST(DeviceTest, AFeatureBitAddedToTheProbeKeepsTheFingerprint) {
+  const DeviceInfo host = HostCpuDevice(2);
+  DeviceInfo more = host;
+  more.isa |= 1u << 9;  // a feature a later build probes (VNNI, BF16, AMX, ...)
+  FinalizeDeviceInfo(more);
+  EXPECT_EQ(more.fingerprint, host.fingerprint);
+  DeviceInfo other_budget = host;
+  other_budget.threads = 3;
+  FinalizeDeviceInfo(other_budget);
+  EXPECT_NE(other_budget.fingerprint, host.fingerprint);
+  DeviceInfo other_cache = host;
+  other_cache.l2_bytes += 4096;
+  FinalizeDeviceInfo(other_cache);
+  EXPECT_NE(other_cache.fingerprint, host.fingerprint);
+}
+
+TEST(DeviceTest, BundlesOfTheEarlierFingerprintStillApply) {
+  auto rt = Runtime::Create();
+  ASSERT_TRUE(rt.ok());
+  const DeviceInfo& host = (*rt)->device();
+  ASSERT_FALSE(host.legacy_fingerprint.empty());
+  ASSERT_NE(host.legacy_fingerprint, host.fingerprint);
+  BundleSpec spec = testing::HostBundle(host, {OpKey::Gemm(4, 4, 4)});
+  spec.device.fingerprint = host.legacy_fingerprint;
+  auto report = (*rt)->LoadBundleBuffer(SerializeBundle(spec), "legacy");
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->device_match) << report->device_rule;
+  EXPECT_TRUE((*rt)->Resolve(OpKey::Gemm(4, 4, 4))->hit);
+}
+
+TEST(DeviceTest, DeviceSpecsNameTheDevice) {
+  auto cpu = ProbeDevice("cpu", 1);
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ(cpu->backend, Backend::kCpu);
+  EXPECT_EQ(cpu->spec, "cpu");
+  EXPECT_EQ(cpu->threads, 1);
+  EXPECT_EQ(ProbeDevice("", 1)->fingerprint, cpu->fingerprint);
+  for (const char* bad : {"tpu", "cuda:", "cuda:x", "cuda:-1", "cpu:0"}) {
+    auto d = ProbeDevice(bad);
+    ASSERT_FALSE(d.ok()) << bad;
+    EXPECT_NE(d.status().message().find(bad), std::string::npos) << d.status().message();
+  }
+  const DeviceList all = ListDevices(1);
+  ASSERT_FALSE(all.devices.empty());
+  EXPECT_EQ(all.devices[0].fingerprint, cpu->fingerprint);
+  size_t gpus = 0;
+  for (const auto& d : all.devices) gpus += d.backend == Backend::kCuda;
+  if (gpus == 0) {
+    EXPECT_FALSE(all.cuda_status.empty());
+    EXPECT_EQ(ProbeDevice("cuda:0").status().code(), StatusCode::kNotFound);
+    RuntimeOptions o;
+    o.device = "cuda:0";
+    EXPECT_EQ(Runtime::Create(o).status().code(), StatusCode::kNotFound);
+  }
+}
+
+TEST(TablesTest, OpKindsAndDTypesRoundTripTheirNames) {
+  for (uint8_t i = 0; i < kNumOpKinds; ++i) {
+    const auto op = static_cast<OpKind>(i);
+    EXPECT_EQ(*ParseOpKind(OpKindName(op)), op);
+    EXPECT_LE(InfoOf(op).dims, OpKey::kMaxDims);
+  }
+  for (uint8_t i = 0; i < kNumDTypes; ++i) {
+    const auto dt = static_cast<DType>(i);
+    EXPECT_EQ(*ParseDType(DTypeName(dt)), dt);
+    EXPECT_GT(DTypeSize(dt), 0u);
+  }
+  EXPECT_EQ(DTypeSize(DType::kF32), 4u);
+  EXPECT_EQ(DTypeSize(DType::kBF16), 2u);
+  EXPECT_EQ(DTypeSize(DType::kI8), 1u);
+  EXPECT_EQ(InfoOf(DType::kBF16).accumulator, DType::kF32);
+  EXPECT_EQ(InfoOf(DType::kI8).accumulator, DType::kS32);
+  EXPECT_STREQ(OpKindName(static_cast<OpKind>(kNumOpKinds)), "?");
+  EXPECT_EQ(DTypeSize(static_cast<DType>(kNumDTypes)), 0u);
+  EXPECT_STREQ(IsaLevelName(kIsaAvx512 | kIsaAvx2 | kIsaScalar), "avx512");
+  EXPECT_STREQ(IsaLevelName(kIsaScalar), "scalar");
+  // A key of every op prints and parses back.
+  for (const OpKey& k : {OpKey::Gemm(3, 5, 7, true, false, DType::kBF16),
+                         OpKey::Conv2d(1, 8, 8, 3, 16, 3, 3, 1, 1, 1, 1, DType::kI8)}) {
+    auto back = OpKey::Parse(k.ToString());
+    ASSERT_TRUE(back.ok()) << k.ToString() << ": " << back.status().ToString();
+    EXPECT_EQ(*back, k);
+  }
+  OpKey conv_t = OpKey::Conv2d(1, 8, 8, 3, 16, 3, 3, 1, 1, 1, 1);
+  conv_t.trans_a = true;
+  EXPECT_FALSE(conv_t.Validate().ok());
+}
+
+}  // namespace
+}  // namespace cliffguard

@@ -1,0 +1,20 @@
+// One measurement of one schedule for one key: what the measurer produces, the
+// tuning log stores and the strategies learn from.
+#pragma once
+
+#include <string>
+
+#include "cliffguard/kernel.h"
+#include "cliffguard/op_key.h"
+
+namespace cliffguard::tuner {
+
+struct MeasureResult {
+  OpKey key;
+  Schedule schedule;
+  bool ok = false;        // passed the correctness gate and timed
+  double median_us = 0;   // median time per call, microseconds (ok only)
+  std::string error;      // why not ok, e.g. "wrong result: max error 3.1e-02 > 1.0e-03"
+};
+
+}  // namespace cliffguard::tuner

@@ -1,0 +1,134 @@
+// GEMM's measurement harness: inputs, a double-precision reference of sampled (or
+// all) output elements, rotated operand copies, and the relative-error check.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "harness.h"
+
+namespace cliffguard::tuner {
+namespace {
+
+class GemmHarness final : public OpHarness {
+ public:
+  GemmHarness(const OpKey& key, const MeasureOptions& opt) : key_(key), opt_(opt) {
+    std::mt19937_64 rng(opt.data_seed ^ key.Hash());
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    a_.resize(size_t(key.m() * key.k()));
+    b_.resize(size_t(key.k() * key.n()));
+    for (auto& x : a_) x = u(rng);
+    for (auto& x : b_) x = u(rng);
+    const int64_t m = key.m(), n = key.n(), k = key.k(), total = m * n;
+    if (total <= opt.full_check_elements) {
+      checked_.resize(size_t(total));
+      for (int64_t i = 0; i < total; ++i) checked_[size_t(i)] = i;
+    } else {
+      checked_ = {0, n - 1, (m - 1) * n, total - 1};
+      std::uniform_int_distribution<int64_t> pick(0, total - 1);
+      for (int64_t t = 0; t < opt.max_checked; ++t) checked_.push_back(pick(rng));
+      std::sort(checked_.begin(), checked_.end());
+      checked_.erase(std::unique(checked_.begin(), checked_.end()), checked_.end());
+    }
+    const GemmArgs g = DenseGemmArgs(key, a_.data(), b_.data(), nullptr);
+    ref_.resize(checked_.size());
+    scale_.resize(checked_.size());
+    for (size_t t = 0; t < checked_.size(); ++t) {
+      const int64_t i = checked_[t] / n, j = checked_[t] % n;
+      double sum = 0, mag = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double av = g.trans_a ? a_[size_t(p * g.lda + i)] : a_[size_t(i * g.lda + p)];
+        const double bv = g.trans_b ? b_[size_t(j * g.ldb + p)] : b_[size_t(p * g.ldb + j)];
+        sum += av * bv;
+        mag += std::abs(av * bv);
+      }
+      ref_[t] = sum;
+      scale_[t] = mag;
+    }
+  }
+
+  const OpKey& key() const override { return key_; }
+
+  void Arm(const DeviceInfo& device) override {
+    const int64_t set_bytes = 4 * int64_t(a_.size() + b_.size() + size_t(key_.m() * key_.n()));
+    int64_t budget = opt_.rotate_bytes;
+    if (budget <= 0) {
+      const int64_t cache = device.l3_bytes + device.l2_bytes * std::max(1, device.threads);
+      budget = 2 * (cache > 0 ? cache : (int64_t{32} << 20));
+    }
+    int64_t copies = (budget + set_bytes - 1) / set_bytes;
+    copies = std::clamp<int64_t>(copies, 1, std::max(1, opt_.max_copies));
+    copies = std::max<int64_t>(1, std::min<int64_t>(copies, (int64_t{1} << 30) / std::max<int64_t>(1, set_bytes)));
+    sets_.resize(size_t(copies));
+    for (auto& s : sets_) {
+      s.a = a_;
+      s.b = b_;
+      s.c.assign(size_t(key_.m() * key_.n()), 0.0f);
+    }
+  }
+
+  std::string Check(const Schedule& s) override {
+    Set& set = sets_[0];
+    std::fill(set.c.begin(), set.c.end(), std::numeric_limits<float>::quiet_NaN());
+    Status st = RunGemm(s, DenseGemmArgs(key_, set.a.data(), set.b.data(), set.c.data()));
+    if (!st.ok()) return fmt::format("kernel failed: {}", st.ToString());
+    const float* c = set.c.data();
+    double worst = 0;
+    int64_t where = -1;
+    for (size_t t = 0; t < checked_.size(); ++t) {
+      const int64_t idx = checked_[t];
+      const double err = std::abs(static_cast<double>(c[idx]) - ref_[t]) / std::max(scale_[t], 1e-30);
+      if (!(err <= worst)) {  // also catches NaN
+        worst = std::isnan(err) ? std::numeric_limits<double>::infinity() : err;
+        where = idx;
+        if (std::isnan(err)) break;
+      }
+    }
+    if (worst > opt_.tolerance) {
+      const bool nan = std::isnan(c[where]) || std::isinf(worst);
+      return fmt::format("wrong result: max rel error {} > tol {:.1e} at ({},{}) of {} checked",
+                         nan ? std::string("nan") : fmt::format("{:.2e}", worst), opt_.tolerance, where / key_.n(),
+                         where % key_.n(), checked_.size());
+    }
+    return "";
+  }
+
+  Status Run(const Schedule& s) override {
+    Set& set = sets_[next_++ % sets_.size()];
+    return RunGemm(s, DenseGemmArgs(key_, set.a.data(), set.b.data(), set.c.data()));
+  }
+
+ private:
+  struct Set {
+    std::vector<float> a, b, c;
+  };
+  OpKey key_;
+  MeasureOptions opt_;
+  std::vector<float> a_, b_;       // op inputs as stored (transposes applied to storage)
+  std::vector<int64_t> checked_;   // output indices i*n+j checked against the reference
+  std::vector<double> ref_, scale_;  // reference value and sum |a b| per checked index
+  std::vector<Set> sets_;
+  size_t next_ = 1;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<OpHarness>> MakeGemmHarness(const OpKey& key, const MeasureOptions& options) {
+  if (key.dtype != DType::kF32)
+    return Unimplemented(fmt::format("measurer: {} has no harness (gemm runs f32 here)", key.ToString()));
+  return std::unique_ptr<OpHarness>(new GemmHarness(key, options));
+}
+
+StatusOr<std::unique_ptr<OpHarness>> MakeHarness(const OpKey& key, const MeasureOptions& options) {
+  CG_RETURN_IF_ERROR(key.Validate());
+  switch (key.op) {
+    case OpKind::kGemm: return MakeGemmHarness(key, options);
+    default: break;
+  }
+  return Unimplemented(fmt::format("measurer: {} has no harness", key.ToString()));
+}
+
+}  // namespace cliffguard::tuner
