@@ -1,16 +1,27 @@
 # CPU kernel sources, split by the ISA flags they are compiled with (STYLE H11).
-# Absolute paths (CMAKE_CURRENT_LIST_DIR). One micro-kernel TU per row of gemm_f32.inc.
+# Absolute paths (CMAKE_CURRENT_LIST_DIR). Each row of gemm_f32.inc names its
+# micro-kernel's translation unit (<name>.cc) and its ISA: the lists below are read
+# from the inventory, so adding a variant is its source file plus its row.
 set(CG_CPU_KERNEL_SRCS
   ${CMAKE_CURRENT_LIST_DIR}/cpu_kernels.cc
   ${CMAKE_CURRENT_LIST_DIR}/gemm_driver.cc
-  ${CMAKE_CURRENT_LIST_DIR}/thread_pool.cc
-  ${CMAKE_CURRENT_LIST_DIR}/cpu_f32_gemm_4x4__scalar.cc)
-set(CG_AVX2_SRCS
-  ${CMAKE_CURRENT_LIST_DIR}/cpu_f32_gemm_6x16__avx2.cc
-  ${CMAKE_CURRENT_LIST_DIR}/cpu_f32_gemm_4x24__avx2.cc
-  ${CMAKE_CURRENT_LIST_DIR}/cpu_f32_gemm_8x8__avx2.cc)
-set(CG_AVX512_SRCS
-  ${CMAKE_CURRENT_LIST_DIR}/cpu_f32_gemm_14x32__avx512.cc
-  ${CMAKE_CURRENT_LIST_DIR}/cpu_f32_gemm_6x64__avx512.cc
-  ${CMAKE_CURRENT_LIST_DIR}/cpu_f32_gemm_8x32__avx512.cc
-  ${CMAKE_CURRENT_LIST_DIR}/cpu_f32_gemm_16x16__avx512.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/thread_pool.cc)
+set(CG_AVX2_SRCS)
+set(CG_AVX512_SRCS)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/gemm_f32.inc)
+file(STRINGS ${CMAKE_CURRENT_LIST_DIR}/gemm_f32.inc cg_kernel_rows REGEX "^CG_KERNEL\\(")
+foreach(row IN LISTS cg_kernel_rows)
+  if(NOT row MATCHES "^CG_KERNEL\\(([A-Za-z0-9]+), *([a-z0-9_]+),")
+    message(FATAL_ERROR "gemm_f32.inc: cannot read the row '${row}'")
+  endif()
+  set(cg_src ${CMAKE_CURRENT_LIST_DIR}/${CMAKE_MATCH_2}.cc)
+  if(CMAKE_MATCH_1 STREQUAL "kIsaAvx512")
+    list(APPEND CG_AVX512_SRCS ${cg_src})
+  elseif(CMAKE_MATCH_1 STREQUAL "kIsaAvx2")
+    list(APPEND CG_AVX2_SRCS ${cg_src})
+  elseif(CMAKE_MATCH_1 STREQUAL "kIsaScalar")
+    list(APPEND CG_CPU_KERNEL_SRCS ${cg_src})
+  else()
+    message(FATAL_ERROR "gemm_f32.inc: ISA '${CMAKE_MATCH_1}' of ${CMAKE_MATCH_2} has no source list here")
+  endif()
+endforeach()
