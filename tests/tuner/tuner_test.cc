@@ -197,6 +197,41 @@ TEST(TunerTest, TheDefaultIsReMeasuredWithEveryTieGroup) {
   std::remove(log.c_str());
 }
 
+// A variant that proposes candidates per key (as a library's heuristic does): its
+// proposals are the first trials, measured before the strategy's batches.
+constexpr int32_t kAlgoValues[] = {0, 1, 2, 3, 4, 5, 6, 7};
+constexpr ParamSpec kAlgoParams[] = {{"algo", kAlgoValues, 0, "library algorithm id (test)"}};
+std::vector<ParamValues> ProposeAlgos(const KernelVariant&, const OpKey&, const DeviceInfo&) {
+  ParamValues a{}, b{};
+  a[0] = 6;
+  b[0] = 3;
+  return {a, b, a};  // a duplicate is measured once
+}
+const KernelVariant kEnumerating = {"test_f32_gemm_library__scalar", Backend::kCpu, OpKind::kGemm, DType::kF32,
+                                    kIsaScalar, kAlgoParams, nullptr, nullptr, nullptr, {.gemm = nullptr},
+                                    {.gemm = {1, 1}}, &ProposeAlgos};
+
+TEST(TunerTest, ProposalsOfAnEnumeratingVariantAreTheFirstTrials) {
+  const std::string log = TempPath("enum.jsonl");
+  TunerOptions o = Fast({OpKey::Gemm(8, 16, 8)}, "random", 5, log);
+  o.variants = {&kEnumerating};
+  o.bundle_default = false;
+  FakeMeasurer fake(HostCpuDevice());
+  o.measurer = &fake;
+  auto res = Tune(o);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  auto contents = ReadTuningLog(log);
+  ASSERT_TRUE(contents.ok());
+  std::vector<int64_t> algos;
+  for (const auto& r : contents->records)
+    if (r.kind == RecordKind::kTrial) algos.push_back(r.schedule.params.at(0).second);
+  ASSERT_EQ(algos.size(), 5u);
+  EXPECT_EQ(algos[0], 6);
+  EXPECT_EQ(algos[1], 3);
+  EXPECT_EQ(std::set<int64_t>(algos.begin(), algos.end()).size(), 5u) << "a proposal was measured twice";
+  std::remove(log.c_str());
+}
+
 TEST(TunerTest, ResumeContinuesWithoutRepeatingAndExistingLogIsRefused) {
   const std::string log = TempPath("resume.jsonl");
   const OpKey key = OpKey::Gemm(16, 64, 48);

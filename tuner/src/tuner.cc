@@ -337,6 +337,23 @@ class TuneRun {
     double best_us = 0;
     for (const auto& r : ks.trials)
       if (r.ok && (best_us == 0 || r.median_us < best_us)) best_us = r.median_us;
+    // Proposals of variants that enumerate candidates per key (a library's own
+    // heuristic) are measured first, as trials, unless measured before.
+    std::vector<Schedule> proposed;
+    for (const KernelVariant* v : space->variants()) {
+      if (!v->candidates) continue;
+      for (const ParamValues& p : v->candidates(*v, key, device())) {
+        Schedule s;
+        s.variant = v;
+        s.params = p;
+        const std::string text = s.ToString();
+        if (CheckSchedule(s, key, device()).ok() && !ks.latest_ok.count(text) && !ks.failed.count(text) &&
+            std::find(proposed.begin(), proposed.end(), s) == proposed.end())
+          proposed.push_back(s);
+      }
+    }
+    if (static_cast<int>(proposed.size()) > o_.trials - static_cast<int>(ks.trials.size()))
+      proposed.resize(size_t(std::max(0, o_.trials - static_cast<int>(ks.trials.size()))));
     while (static_cast<int>(ks.trials.size()) < o_.trials) {
       const double key_s = std::chrono::duration<double>(Clock::now() - key_start).count();
       if (o_.key_time_limit_s > 0 && key_s >= o_.key_time_limit_s) {
@@ -348,7 +365,14 @@ class TuneRun {
         break;
       }
       const int n = std::min<int>(o_.batch_size, o_.trials - static_cast<int>(ks.trials.size()));
-      std::vector<Schedule> batch = strategy->NextBatch(n);
+      std::vector<Schedule> batch;
+      if (!proposed.empty()) {
+        const size_t take = std::min(proposed.size(), size_t(n));
+        batch.assign(proposed.begin(), proposed.begin() + long(take));
+        proposed.erase(proposed.begin(), proposed.begin() + long(take));
+      } else {
+        batch = strategy->NextBatch(n);
+      }
       if (batch.empty()) {
         sum.note = fmt::format("search space exhausted after {} trials", ks.trials.size());
         break;

@@ -7,7 +7,9 @@
 // Per key:
 //   1. the default schedule (DefaultSchedule) is measured once ("default" record;
 //      reused from the log on --resume): the size of the cliff a miss falls off.
-//   2. trials: batches of up to batch_size from the strategy until `trials`
+//   2. trials: first the proposals of variants that enumerate candidates per key
+//      (KernelVariant::candidates, a library's heuristic), then batches of up to
+//      batch_size from the strategy until `trials`
 //      measurements of this key exist (resumed ones count), the space is
 //      exhausted, or a time limit passes.
 //   3. noise rule: every verified candidate (the default included) whose median is
