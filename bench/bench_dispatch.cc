@@ -14,8 +14,8 @@
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
+#include "cliffguard/log.h"
 #include "cliffguard/runtime.h"
 
 namespace cliffguard {
@@ -33,7 +33,7 @@ struct Fixture {
   std::mutex mu;
 
   Fixture() {
-    spdlog::set_level(spdlog::level::err);
+    SetLogLevel(LogLevel::kError);
     RuntimeOptions o;
     o.warn_on_miss = false;
     rt = std::move(Runtime::Create(o)).value();

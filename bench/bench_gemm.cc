@@ -33,6 +33,7 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include "bench_util.h"
 #include "cliffguard/device.h"
 #include "cliffguard/kernel.h"
 
@@ -302,12 +303,7 @@ int Explore(const char* spec) {
 int main(int argc, char** argv) {
   // OpenBLAS picks its core when the library loads: clean the environment and
   // re-execute once so that it chooses by cpuid (see the file comment).
-  if (std::getenv("OPENBLAS_CORETYPE") || std::getenv("OPENBLAS_L2_SIZE")) {
-    unsetenv("OPENBLAS_CORETYPE");
-    unsetenv("OPENBLAS_L2_SIZE");
-    execv("/proc/self/exe", argv);
-    std::perror("bench_gemm: re-exec without OPENBLAS_CORETYPE failed; OpenBLAS keeps the forced core");
-  }
+  cliffguard::bench::ReexecWithoutOpenblasOverrides(argv);
   for (int i = 1; i < argc; ++i)
     if (std::strncmp(argv[i], "--explore=", 10) == 0) {
       for (int j = i + 1; j < argc; ++j) cliffguard::g_explicit.emplace_back(argv[j]);

@@ -20,8 +20,8 @@
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
+#include "cliffguard/log.h"
 #include "cliffguard/bundle.h"
 #include "cliffguard/runtime.h"
 
@@ -48,7 +48,7 @@ cg::BundleSpec Spec(const cg::DeviceInfo& device, int extra_keys) {
 }
 
 void BM_HitAfterReloads(benchmark::State& state) {
-  spdlog::set_level(spdlog::level::err);
+  cg::SetLogLevel(cg::LogLevel::kError);
   const int reloads = static_cast<int>(state.range(0));
   cg::RuntimeOptions o;
   o.threads = 1;

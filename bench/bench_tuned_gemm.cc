@@ -36,8 +36,9 @@
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
+#include "bench_util.h"
+#include "cliffguard/log.h"
 #include "cliffguard/device.h"
 #include "cliffguard/kernel.h"
 #include "cliffguard/runtime.h"
@@ -172,16 +173,10 @@ void SplitInto(const std::string& list, std::vector<std::string>& out) {
 
 int main(int argc, char** argv) {
 #ifdef CG_HAVE_OPENBLAS
-  if (std::getenv("OPENBLAS_CORETYPE") || std::getenv("OPENBLAS_L2_SIZE")) {
-    ::unsetenv("OPENBLAS_CORETYPE");
-    ::unsetenv("OPENBLAS_L2_SIZE");
-    ::execv("/proc/self/exe", argv);
-    std::perror("bench_tuned_gemm: re-exec without OPENBLAS_CORETYPE failed");
-    return 1;
-  }
+  cliffguard::bench::ReexecWithoutOpenblasOverrides(argv);
   fmt::print(stderr, "OpenBLAS core: {} (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset)\n", openblas_get_corename());
 #endif
-  spdlog::set_level(spdlog::level::warn);
+  
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     if (std::strncmp(argv[i], "--bundle=", 9) == 0) {

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -19,6 +20,7 @@
 #include "cliffguard/kernel.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/gemm_params.h"
+#include "kernels/cpu/gemv_params.h"
 #include "runtime/gemm_tester.h"
 
 namespace cliffguard {
@@ -227,39 +229,137 @@ void ConcurrentCallers(const KernelVariant& v) {
   }
 #include "kernels/cpu/gemm_f32.inc"
 
+// ---- Small-m variants (gemv_f32.inc) ------------------------------------------------
+
+// The variant's layout of B (the one its supports() accepts).
+bool GemvTransB(const KernelVariant& v) { return VariantSupports(v, OpKey::Gemm(1, 8, 8, false, true), Host()).ok(); }
+
+Schedule GemvWith(const KernelVariant& v, int threads, int block) {
+  return With(v, {{"threads", threads}, {GemvTransB(v) ? "nj" : "nb", block}});
+}
+
+void GemvShapes(const KernelVariant& v) {
+  const bool tb = GemvTransB(v);
+  int seed = 0;
+  for (int64_t m = 1; m <= cpu::kGemvMaxM; ++m)
+    for (int64_t n : {1, 7, 16, 17, 33, 100})
+      for (int64_t k : {1, 5, 8, 17, 64, 131})
+        for (int ta = 0; ta < 2; ++ta) {
+          const int block = tb ? std::vector<int>{1, 2, 4, 8}[size_t(seed % 4)] : std::vector<int>{64, 128}[size_t(seed % 2)];
+          GemmTester t;
+          t.shape(m, n, k).trans_a(ta).trans_b(tb).seed(uint32_t(++seed));
+          if (seed % 3 == 0) t.lda_pad(3).ldb_pad(5).ldc_pad(2);
+          if (!t.Test(GemvWith(v, seed % 2 ? MaxHostThreads() : 1, block))) return;
+        }
+  EXPECT_FALSE(VariantSupports(v, OpKey::Gemm(cpu::kGemvMaxM + 1, 8, 8, false, tb), Host()).ok());
+  EXPECT_FALSE(VariantSupports(v, OpKey::Gemm(1, 8, 8, false, !tb), Host()).ok());
+}
+
+void GemvAlphaBetaAndBlocks(const KernelVariant& v) {
+  const bool tb = GemvTransB(v);
+  for (float alpha : {0.0f, 1.0f, -0.5f})
+    for (float beta : {0.0f, 1.0f, 2.5f}) {
+      GemmTester t;
+      t.shape(3, 150, 70).trans_b(tb).ldc_pad(3).alpha(alpha).beta(beta).nan_c(beta == 0.0f);
+      if (!t.Test(GemvWith(v, MaxHostThreads(), tb ? 4 : 64))) return;
+    }
+  for (int32_t block : v.params[1].values)
+    for (int64_t m : {1, 4, 8}) {
+      GemmTester t;
+      t.shape(m, 300, 257).trans_b(tb).beta(0.5f).seed(uint32_t(block + m));
+      if (!t.Test(GemvWith(v, MaxHostThreads(), block))) return;
+    }
+}
+
+void GemvDefaults(const KernelVariant& v) {
+  const bool tb = GemvTransB(v);
+  for (const auto& sh : ShapesFromData()) {
+    if (sh.m > cpu::kGemvMaxM) continue;
+    const OpKey key = OpKey::Gemm(sh.m, sh.n, sh.k, sh.ta, tb);
+    for (int threads : {1, 3, 64}) {
+      DeviceInfo d = Host();
+      d.threads = threads;
+      EXPECT_TRUE(CheckSchedule(VariantDefaultSchedule(v, key, d), key, d).ok()) << key.ToString();
+    }
+    GemmTester t;
+    t.shape(sh.m, sh.n, sh.k).trans_a(sh.ta).trans_b(tb).beta(0.0f).nan_c(true);
+    if (!t.Test(VariantDefaultSchedule(v, key, Host()))) return;
+  }
+}
+
+void GemvConcurrentCallers(const KernelVariant& v) {
+  std::vector<std::thread> threads;
+  for (int c = 0; c < 3; ++c)
+    threads.emplace_back([&v, c] {
+      for (int r = 0; r < 4; ++r) {
+        GemmTester t;
+        t.shape(1 + c + r, 301 + r, 129).trans_b(GemvTransB(v)).beta(r % 2 ? 1.0f : 0.0f).seed(c * 100 + r);
+        if (!t.Test(GemvWith(v, MaxHostThreads(), GemvTransB(v) ? 8 : 256))) return;
+      }
+    });
+  for (auto& t : threads) t.join();
+}
+
+#define CG_GEMV(isa, name, trans_b)         \
+  TEST(name, Shapes) {                      \
+    CG_REQUIRE_VARIANT(v, #name);           \
+    GemvShapes(*v);                         \
+  }                                         \
+  TEST(name, AlphaBetaAndBlocks) {          \
+    CG_REQUIRE_VARIANT(v, #name);           \
+    GemvAlphaBetaAndBlocks(*v);             \
+  }                                         \
+  TEST(name, DefaultSchedules) {            \
+    CG_REQUIRE_VARIANT(v, #name);           \
+    GemvDefaults(*v);                       \
+  }                                         \
+  TEST(name, ConcurrentCallers) {           \
+    CG_REQUIRE_VARIANT(v, #name);           \
+    GemvConcurrentCallers(*v);              \
+  }
+#include "kernels/cpu/gemv_f32.inc"
+
 // ---- The table itself ------------------------------------------------------------
 
 TEST(CpuGemmTable, InventoryIsConsistent) {
-  const auto variants = cpu::CpuKernelVariants();
-  // One variant per row of the inventory, in its order.
+  const auto all = cpu::CpuKernelVariants();
+  // One variant per row of the inventories, in their order: the small-m rows first.
   std::vector<std::string> rows;
+  size_t num_gemv = 0;
+#define CG_GEMV(isa, name, trans_b) rows.push_back(#name), ++num_gemv;
+#include "kernels/cpu/gemv_f32.inc"
 #define CG_KERNEL(isa, name, mr, nr) rows.push_back(#name);
 #include "kernels/cpu/gemm_f32.inc"
-  ASSERT_EQ(variants.size(), rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(variants[i].name, rows[i]);
+  ASSERT_EQ(all.size(), rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(all[i].name, rows[i]);
   std::set<std::string> names;
-  uint32_t prev_isa = ~0u;
-  const std::vector<std::string> param_names = {"mc",       "kc",       "nc",     "par",   "threads",
-                                                "unroll_k", "prefetch", "pack_a", "pack_b"};
-  for (const auto& v : variants) {
+  for (const auto& v : all) {
     EXPECT_TRUE(names.insert(v.name).second) << v.name;
-    EXPECT_NE(std::string(v.name).find(std::to_string(v.config.gemm.mr) + "x" + std::to_string(v.config.gemm.nr) + "__"), std::string::npos)
-        << v.name;
-    EXPECT_LE(v.isa, prev_isa) << v.name << ": table not in dispatch preference order";
-    prev_isa = v.isa;
     ASSERT_NE(FindKernelVariant(v.name), nullptr) << v.name;
-    ASSERT_EQ(v.params.size(), param_names.size());
-    double space = 1;
     for (size_t i = 0; i < v.params.size(); ++i) {
       const ParamSpec& p = v.params[i];
-      EXPECT_EQ(p.name, param_names[i]);
       EXPECT_EQ(v.ParamIndex(p.name), static_cast<int>(i));
       EXPECT_TRUE(std::is_sorted(p.values.begin(), p.values.end()) &&
                   std::adjacent_find(p.values.begin(), p.values.end()) == p.values.end())
           << v.name << " " << p.name;
       EXPECT_TRUE(std::binary_search(p.values.begin(), p.values.end(), p.default_value)) << v.name << " " << p.name;
       EXPECT_GT(std::string(p.help).size(), 10u);
-      space *= p.values.size();
+    }
+  }
+  // Each inventory in dispatch preference order: fastest ISA first.
+  for (size_t i = 1; i < all.size(); ++i)
+    if (i != num_gemv) EXPECT_LE(all[i].isa, all[i - 1].isa) << all[i].name << ": table not in dispatch preference order";
+  const std::span<const KernelVariant> variants = all.subspan(num_gemv);
+  const std::vector<std::string> param_names = {"mc",       "kc",       "nc",     "par",   "threads",
+                                                "unroll_k", "prefetch", "pack_a", "pack_b"};
+  for (const auto& v : variants) {
+    EXPECT_NE(std::string(v.name).find(std::to_string(v.config.gemm.mr) + "x" + std::to_string(v.config.gemm.nr) + "__"), std::string::npos)
+        << v.name;
+    ASSERT_EQ(v.params.size(), param_names.size());
+    double space = 1;
+    for (size_t i = 0; i < v.params.size(); ++i) {
+      EXPECT_EQ(v.params[i].name, param_names[i]);
+      space *= v.params[i].values.size();
     }
     EXPECT_GE(space, 1e6) << v.name;
     for (int32_t mc : v.params[0].values) EXPECT_EQ(mc % v.config.gemm.mr, 0) << v.name;

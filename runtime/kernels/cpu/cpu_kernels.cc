@@ -7,6 +7,8 @@
 #include "kernels/cpu/gemm_driver.h"
 #include "kernels/cpu/gemm_params.h"
 #include "kernels/cpu/gemm_ukernel.h"
+#include "kernels/cpu/gemv_kernel.h"
+#include "kernels/cpu/gemv_params.h"
 
 namespace cliffguard::cpu {
 namespace {
@@ -17,6 +19,13 @@ namespace {
 constexpr double kFlopsPerThread = 16e6;
 // fit_defaults reads B in place (pack_b = 0) when M has at most this many mr panels.
 constexpr int64_t kInPlaceBMaxPanels = 2;
+
+template <void (*kRows)(const GemvTask&)>
+Status GemvEntry(const KernelVariant& self, const GemmArgs& args, const ParamValues& params) {
+  if (args.dtype != DType::kF32)
+    return Unimplemented(fmt::format("{}: runs f32, not {}", self.name, DTypeName(args.dtype)));
+  return GemvF32(args, params, kRows);
+}
 
 template <UkernelFn kUkernel, int MR, int NR>
 Status GemmEntry(const KernelVariant& self, const GemmArgs& args, const ParamValues& params) {
@@ -61,6 +70,11 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
 
 std::span<const KernelVariant> CpuKernelVariants() {
   static constexpr KernelVariant kVariants[] = {
+#define CG_GEMV(isa, name, trans_b)                                                                                \
+  {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, trans_b ? std::span<const ParamSpec>(kGemvNTSpecs)      \
+                                                                  : std::span<const ParamSpec>(kGemvNNSpecs),     \
+   &GemvSupports<trans_b>, &GemvCheck, &GemvFitDefaults<trans_b>, {.gemm = &GemvEntry<&name##_rows>}, {.gemm = {1, 1}}},
+#include "kernels/cpu/gemv_f32.inc"
 #define CG_KERNEL(isa, name, mr, nr)                                                                          \
   {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, GemmParamSet<mr, nr>::kSpecs, nullptr, &GemmCheck, \
    &GemmFitDefaults, {.gemm = &GemmEntry<&name##_ukernel, mr, nr>}, {.gemm = {mr, nr}}},

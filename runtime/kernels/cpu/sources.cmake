@@ -1,18 +1,24 @@
 # CPU kernel sources, split by the ISA flags they are compiled with (STYLE H11).
-# Absolute paths (CMAKE_CURRENT_LIST_DIR). Each row of gemm_f32.inc names its
-# micro-kernel's translation unit (<name>.cc) and its ISA: the lists below are read
-# from the inventory, so adding a variant is its source file plus its row.
+# Absolute paths (CMAKE_CURRENT_LIST_DIR). Each row of an inventory (gemm_f32.inc,
+# gemv_f32.inc) names its kernel's translation unit (<name>.cc) and its ISA: the lists
+# below are read from the inventories, so adding a variant is its source file plus
+# its row.
 set(CG_CPU_KERNEL_SRCS
   ${CMAKE_CURRENT_LIST_DIR}/cpu_kernels.cc
   ${CMAKE_CURRENT_LIST_DIR}/gemm_driver.cc
+  ${CMAKE_CURRENT_LIST_DIR}/gemv_driver.cc
   ${CMAKE_CURRENT_LIST_DIR}/thread_pool.cc)
 set(CG_AVX2_SRCS)
 set(CG_AVX512_SRCS)
-set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/gemm_f32.inc)
-file(STRINGS ${CMAKE_CURRENT_LIST_DIR}/gemm_f32.inc cg_kernel_rows REGEX "^CG_KERNEL\\(")
+set(cg_kernel_rows)
+foreach(inventory gemm_f32.inc gemv_f32.inc)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/${inventory})
+  file(STRINGS ${CMAKE_CURRENT_LIST_DIR}/${inventory} rows REGEX "^CG_(KERNEL|GEMV)\\(")
+  list(APPEND cg_kernel_rows ${rows})
+endforeach()
 foreach(row IN LISTS cg_kernel_rows)
-  if(NOT row MATCHES "^CG_KERNEL\\(([A-Za-z0-9]+), *([a-z0-9_]+),")
-    message(FATAL_ERROR "gemm_f32.inc: cannot read the row '${row}'")
+  if(NOT row MATCHES "^CG_[A-Z]+\\(([A-Za-z0-9]+), *([a-z0-9_]+),")
+    message(FATAL_ERROR "kernel inventory: cannot read the row '${row}'")
   endif()
   set(cg_src ${CMAKE_CURRENT_LIST_DIR}/${CMAKE_MATCH_2}.cc)
   if(CMAKE_MATCH_1 STREQUAL "kIsaAvx512")

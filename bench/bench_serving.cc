@@ -1,0 +1,267 @@
+// Serving GEMMs in inference layouts, side by side in one run: cliffguard's built-in
+// default (what a miss runs), cliffguard tuned (entries of --bundle=, through a
+// plan), oneDNN (dnnl_sgemm, and the matmul primitive with its weights reordered
+// once, as a serving stack runs it) and OpenBLAS (cblas_sgemm), on 1 and 2 threads.
+// Counters: GFLOPS, and weight_GBps (bytes of B per second: the bound of decode
+// shapes). BM_read_bandwidth (a streaming read of 512 MiB) and BM_fma_peak (register
+// FMAs) give the machine's two bounds in the same run.
+//
+//   build/bench/bench_serving [--bundle=a.cgb,b.cgb] [--benchmark_filter=...]
+//
+// Operands rotate over copies covering 2x the last-level cache (weights are not
+// found in cache from the previous call, as in serving). Shapes (name layout m n k):
+// BERT-base and BERT-large layers at 128 and 384 tokens, decode steps (m = 1, 4, 16)
+// of 768-, 3072- and 4096-wide models, a 7B-class model at m = 32 and 128, and
+// ResNet-50 convolutions as GEMMs (im2col: m = output pixels, k = ic x kh x kw);
+// each in nn (weights k x n) and nt (weights n x k, as PyTorch stores them).
+#include <immintrin.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include "bench_util.h"
+#include "cliffguard/device.h"
+#include "cliffguard/kernel.h"
+#include "cliffguard/log.h"
+#include "cliffguard/runtime.h"
+
+#ifdef CG_HAVE_OPENBLAS
+#include <cblas.h>
+extern "C" char* openblas_get_corename(void);
+extern "C" void openblas_set_num_threads(int);
+#endif
+#ifdef CG_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.hpp>
+extern "C" void omp_set_num_threads(int);
+#endif
+
+namespace cliffguard {
+namespace {
+
+struct Shape {
+  const char* group;
+  int64_t m, n, k;
+};
+
+const std::vector<Shape>& Shapes() {
+  static const std::vector<Shape> shapes = [] {
+    std::vector<Shape> s;
+    for (int64_t m : {128, 384})
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{768, 768}, {3072, 768}, {768, 3072}}) s.push_back({"bert_base", m, n, k});
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{1024, 1024}, {4096, 1024}, {1024, 4096}}) s.push_back({"bert_large", 128, n, k});
+    for (int64_t m : {1, 4, 16})
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{768, 768}, {3072, 768}, {4096, 4096}, {11008, 4096}})
+        s.push_back({"decode", m, n, k});
+    for (int64_t m : {32, 128})
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {11008, 4096}, {4096, 11008}}) s.push_back({"llm_7b", m, n, k});
+    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{3136, 64, 576}, {3136, 256, 64}, {784, 128, 1152},
+                           {196, 256, 2304}, {49, 512, 4608}, {784, 512, 128}})
+      s.push_back({"resnet50", m, n, k});
+    return s;
+  }();
+  return shapes;
+}
+
+int64_t CoverBytes(const DeviceInfo& d) { return 2 * std::max<int64_t>(d.l3_bytes + d.l2_bytes * 2, 32 << 20); }
+
+void SetCounters(benchmark::State& st, const Shape& s) {
+  st.counters["GFLOPS"] = benchmark::Counter(2.0 * s.m * s.n * s.k * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["weight_GBps"] = benchmark::Counter(4.0 * s.n * s.k * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+std::vector<std::string> g_bundles;
+std::vector<std::unique_ptr<Runtime>> g_runtimes;  // kept alive for the plans
+
+Runtime* RuntimeFor(int threads) {
+  for (auto& r : g_runtimes)
+    if (r->device().threads == threads) return r.get();
+  RuntimeOptions o;
+  o.threads = threads;
+  o.warn_on_miss = false;
+  auto rt = Runtime::Create(o);
+  if (!rt.ok()) return nullptr;
+  for (const auto& b : g_bundles) (void)(*rt)->LoadBundleFile(b);
+  g_runtimes.push_back(std::move(*std::move(rt)));
+  return g_runtimes.back().get();
+}
+
+void RegisterShape(const Shape& s, bool nt, int threads) {
+  const std::string suffix = fmt::format("{}/{}/m={}/n={}/k={}/threads:{}", s.group, nt ? "nt" : "nn", s.m, s.n, s.k, threads);
+  const OpKey key = OpKey::Gemm(s.m, s.n, s.k, false, nt);
+  const DeviceInfo device = HostCpuDevice(threads);
+
+  benchmark::RegisterBenchmark(("default/" + suffix).c_str(), [s, key, device](benchmark::State& st) {
+    auto sched = DefaultSchedule(key, device);
+    if (!sched.ok()) return st.SkipWithError(sched.status().ToString().c_str());
+    st.SetLabel(sched->ToString());
+    bench::RotatedOperands ops(s.m, s.n, s.k, CoverBytes(device));
+    for (auto _ : st) {
+      auto& x = ops.Next();
+      Status ok = RunGemm(*sched, DenseGemmArgs(key, x.a.data(), x.b.data(), x.c.data()));
+      if (!ok.ok()) return st.SkipWithError(ok.ToString().c_str());
+    }
+    SetCounters(st, s);
+  })->UseRealTime();
+
+  if (Runtime* rt = g_bundles.empty() ? nullptr : RuntimeFor(threads)) {
+    auto res = rt->Resolve(key);
+    if (res.ok() && res->hit)
+      benchmark::RegisterBenchmark(("tuned/" + suffix).c_str(), [rt, s, key, device](benchmark::State& st) {
+        auto plan = rt->PlanGemm(key);
+        if (!plan.ok()) return st.SkipWithError(plan.status().ToString().c_str());
+        st.SetLabel(plan->schedule().ToString());
+        bench::RotatedOperands ops(s.m, s.n, s.k, CoverBytes(device));
+        const int64_t ldb = key.trans_b ? s.k : s.n;
+        for (auto _ : st) {
+          auto& x = ops.Next();
+          Status ok = plan->Run(x.a.data(), s.k, x.b.data(), ldb, x.c.data(), s.n);
+          if (!ok.ok()) return st.SkipWithError(ok.ToString().c_str());
+        }
+        SetCounters(st, s);
+      })->UseRealTime();
+  }
+
+#ifdef CG_HAVE_ONEDNN
+  benchmark::RegisterBenchmark(("onednn_sgemm/" + suffix).c_str(), [s, nt, threads, device](benchmark::State& st) {
+    omp_set_num_threads(threads);
+    bench::RotatedOperands ops(s.m, s.n, s.k, CoverBytes(device));
+    for (auto _ : st) {
+      auto& x = ops.Next();
+      dnnl_sgemm('N', nt ? 'T' : 'N', s.m, s.n, s.k, 1.0f, x.a.data(), s.k, x.b.data(), nt ? s.k : s.n, 0.0f,
+                 x.c.data(), s.n);
+    }
+    SetCounters(st, s);
+  })->UseRealTime();
+  benchmark::RegisterBenchmark(("onednn_matmul/" + suffix).c_str(), [s, nt, threads, device](benchmark::State& st) {
+    using dnnl::memory;
+    omp_set_num_threads(threads);
+    dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+    dnnl::stream strm(eng);
+    const memory::desc a_md({s.m, s.k}, memory::data_type::f32, memory::format_tag::ab);
+    const memory::desc b_user({s.k, s.n}, memory::data_type::f32, nt ? memory::format_tag::ba : memory::format_tag::ab);
+    const memory::desc b_any({s.k, s.n}, memory::data_type::f32, memory::format_tag::any);
+    const memory::desc c_md({s.m, s.n}, memory::data_type::f32, memory::format_tag::ab);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_any, c_md), eng);
+    const dnnl::matmul mm(pd);
+    bench::RotatedOperands ops(s.m, s.n, s.k, CoverBytes(device));
+    std::vector<memory> weights;  // reordered once per copy: the serving path's constant weights
+    for (auto& x : ops.sets) {
+      memory user(b_user, eng, x.b.data());
+      memory packed(pd.weights_desc(), eng);
+      dnnl::reorder(user, packed).execute(strm, user, packed);
+      weights.push_back(packed);
+    }
+    strm.wait();
+    st.SetLabel(fmt::format("weights {}", pd.weights_desc() == b_user ? "as given" : "reordered once"));
+    size_t i = 0;
+    for (auto _ : st) {
+      auto& x = ops.sets[i % ops.sets.size()];
+      memory a(a_md, eng, x.a.data()), c(c_md, eng, x.c.data());
+      mm.execute(strm, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, weights[i % weights.size()]}, {DNNL_ARG_DST, c}});
+      strm.wait();
+      ++i;
+    }
+    SetCounters(st, s);
+  })->UseRealTime();
+#endif
+
+#ifdef CG_HAVE_OPENBLAS
+  benchmark::RegisterBenchmark(("openblas/" + suffix).c_str(), [s, nt, threads, device](benchmark::State& st) {
+    openblas_set_num_threads(threads);
+    st.SetLabel(openblas_get_corename());
+    bench::RotatedOperands ops(s.m, s.n, s.k, CoverBytes(device));
+    for (auto _ : st) {
+      auto& x = ops.Next();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, nt ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f, x.a.data(), s.k,
+                  x.b.data(), nt ? s.k : s.n, 0.0f, x.c.data(), s.n);
+    }
+    SetCounters(st, s);
+  })->UseRealTime();
+#endif
+}
+
+// The memory bound: a streaming read of a buffer far larger than the last-level
+// cache, each thread its own share (GB/s summed over threads).
+void BM_read_bandwidth(benchmark::State& st) {
+  static std::vector<float> buf(size_t(512) << 18, 1.0f);  // 512 MiB, shared
+  const size_t share = buf.size() / size_t(st.threads());
+  const float* p = buf.data() + share * size_t(st.thread_index());
+  float sink = 0;
+  for (auto _ : st) {
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= share; i += 4) {
+      s0 += p[i];
+      s1 += p[i + 1];
+      s2 += p[i + 2];
+      s3 += p[i + 3];
+    }
+    sink += s0 + s1 + s2 + s3;
+  }
+  benchmark::DoNotOptimize(sink);
+  st.counters["GBps"] = benchmark::Counter(double(share) * 4e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The compute bound: independent FMA chains in registers (AVX2 + FMA).
+__attribute__((target("avx2,fma"))) void BM_fma_peak(benchmark::State& st) {
+  __m256 acc[10];
+  for (auto& a : acc) a = _mm256_set1_ps(1.0f);
+  const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
+  for (auto _ : st) {
+    for (int i = 0; i < 1000; ++i)
+      for (auto& a : acc) a = _mm256_fmadd_ps(a, x, y);
+  }
+  float out[8];
+  for (auto& a : acc) {
+    _mm256_storeu_ps(out, a);
+    benchmark::DoNotOptimize(out[0]);
+  }
+  st.counters["GFLOPS"] = benchmark::Counter(1000.0 * 10 * 16 * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void RegisterAll() {
+  benchmark::RegisterBenchmark("BM_read_bandwidth", BM_read_bandwidth)->Threads(1)->Threads(2)->UseRealTime();
+  if (HostCpuDevice().isa & kIsaAvx2)
+    benchmark::RegisterBenchmark("BM_fma_peak", BM_fma_peak)->Threads(1)->Threads(2)->UseRealTime();
+  for (const Shape& s : Shapes())
+    for (bool nt : {false, true})
+      for (int threads : {1, 2}) RegisterShape(s, nt, threads);
+}
+
+}  // namespace
+}  // namespace cliffguard
+
+int main(int argc, char** argv) {
+  cliffguard::bench::ReexecWithoutOpenblasOverrides(argv);
+  cliffguard::SetLogLevel(cliffguard::LogLevel::kError);
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--bundle=", 9) == 0) {
+      std::string list = argv[i] + 9;
+      for (size_t pos = 0; pos <= list.size();) {
+        size_t comma = list.find(',', pos);
+        if (comma == std::string::npos) comma = list.size();
+        if (comma > pos) cliffguard::g_bundles.push_back(list.substr(pos, comma - pos));
+        pos = comma + 1;
+      }
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  int rc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rc, rest.data());
+#ifdef CG_HAVE_OPENBLAS
+  benchmark::AddCustomContext("openblas_core", openblas_get_corename());
+#endif
+  const cliffguard::DeviceInfo host = cliffguard::HostCpuDevice();
+  benchmark::AddCustomContext("cliffguard_device", host.fingerprint + " " + host.name);
+  cliffguard::RegisterAll();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,48 @@
+// Helpers shared by the benchmark programs.
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+namespace cliffguard::bench {
+
+// OpenBLAS picks its core when the library loads, and this environment forces an
+// older one (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE): unset both and re-execute this
+// binary once so that OpenBLAS chooses by cpuid. Call first thing in main().
+inline void ReexecWithoutOpenblasOverrides(char** argv) {
+  if (!std::getenv("OPENBLAS_CORETYPE") && !std::getenv("OPENBLAS_L2_SIZE")) return;
+  ::unsetenv("OPENBLAS_CORETYPE");
+  ::unsetenv("OPENBLAS_L2_SIZE");
+  ::execv("/proc/self/exe", argv);
+  std::perror("re-exec without OPENBLAS_CORETYPE failed; OpenBLAS keeps the forced core");
+}
+
+// Copies of one GEMM's operands (A m x k, B the weights, C m x n), rotated between
+// calls so that a call does not find its operands in cache from the previous call:
+// together they cover at least `cover_bytes` (e.g. twice the last-level cache).
+struct RotatedOperands {
+  struct Set {
+    std::vector<float> a, b, c;
+  };
+  std::vector<Set> sets;
+  size_t next = 0;
+  RotatedOperands(int64_t m, int64_t n, int64_t k, int64_t cover_bytes, int max_copies = 32) {
+    Set first{std::vector<float>(size_t(m * k)), std::vector<float>(size_t(k * n)), std::vector<float>(size_t(m * n))};
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (auto& x : first.a) x = u(rng);
+    for (auto& x : first.b) x = u(rng);
+    const int64_t set_bytes = 4 * (m * k + k * n + m * n);
+    const int64_t copies = std::clamp<int64_t>((cover_bytes + set_bytes - 1) / set_bytes, 1, max_copies);
+    sets.assign(size_t(copies), first);
+  }
+  Set& Next() { return sets[next++ % sets.size()]; }
+};
+
+}  // namespace cliffguard::bench

@@ -1,0 +1,216 @@
+// The small-m GEMM row kernels, shared by every GEMV variant's translation unit. A
+// TU includes a traits header (gemm_ukernel_avx512.h or _avx2.h) and then
+// CG_DEFINE_GEMV_KERNEL(name, traits, trans_b). As in gemm_ukernel_impl.h, all of it
+// has internal linkage except name##_rows, so no ISA's instantiation leaks into
+// another's caller.
+//
+// nn (B is k x n): C rows stay in L1/L2 for a block of `block` columns while B
+// streams through row by row; each step keeps KU rows of B and M*KU broadcast
+// elements of A in registers, so a C element is loaded and stored once per KU rows.
+// nt (B is n x k): a register tile of MI rows of A by NJ rows of B accumulates dot
+// products along k (contiguous in both), then reduces horizontally; B rows are read
+// once per group of MI rows of A.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cpu/gemm_ukernel_impl.h"
+#include "kernels/cpu/gemv_kernel.h"
+
+namespace cliffguard::cpu {
+namespace {
+
+template <class T>
+CG_INLINE void ScaleRow(float* c, int64_t n, float beta) {
+  using V = typename T::V;
+  constexpr int W = T::kWidth;
+  int64_t j = 0;
+  if (beta == 0.0f) {
+    for (; j + W <= n; j += W) T::Store(c + j, T::Zero());
+    if (j < n) T::StoreN(c + j, T::Zero(), int(n - j));
+    return;
+  }
+  if (beta == 1.0f) return;
+  const V b = T::Set1(beta);
+  for (; j + W <= n; j += W) T::Store(c + j, T::Mul(b, T::Load(c + j)));
+  if (j < n) T::StoreN(c + j, T::Mul(b, T::LoadN(c + j, int(n - j))), int(n - j));
+}
+
+// Rows p0..p0+KU of B into C[0:M, jb:jb+w].
+template <class T, int M, int KU>
+CG_INLINE void NNStep(const GemvTask& t, int64_t p0, int64_t jb, int64_t w) {
+  using V = typename T::V;
+  constexpr int W = T::kWidth;
+  V av[M][KU];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i)
+#pragma GCC unroll 8
+    for (int u = 0; u < KU; ++u) av[i][u] = T::Set1(t.alpha * t.a[i * t.lda + p0 + u]);
+  const float* brow[KU];
+#pragma GCC unroll 8
+  for (int u = 0; u < KU; ++u) brow[u] = t.b + (p0 + u) * t.ldb + jb;
+  float* crow[M];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) crow[i] = t.c + i * t.ldc + jb;
+  int64_t j = 0;
+  for (; j + W <= w; j += W) {
+    V bv[KU];
+#pragma GCC unroll 8
+    for (int u = 0; u < KU; ++u) bv[u] = T::Load(brow[u] + j);
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      V c = T::Load(crow[i] + j);
+#pragma GCC unroll 8
+      for (int u = 0; u < KU; ++u) c = T::Fma(av[i][u], bv[u], c);
+      T::Store(crow[i] + j, c);
+    }
+  }
+  if (j < w) {
+    const int n = int(w - j);
+    V bv[KU];
+#pragma GCC unroll 8
+    for (int u = 0; u < KU; ++u) bv[u] = T::LoadN(brow[u] + j, n);
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      V c = T::LoadN(crow[i] + j, n);
+#pragma GCC unroll 8
+      for (int u = 0; u < KU; ++u) c = T::Fma(av[i][u], bv[u], c);
+      T::StoreN(crow[i] + j, c, n);
+    }
+  }
+}
+
+template <class T, int M>
+void NNRows(const GemvTask& t) {
+  // A's broadcasts and B's rows in registers: M * KU + KU + 1 of them.
+  constexpr int KU = M == 1 ? 4 : M <= 2 ? 4 : M <= 4 ? 2 : 1;
+  const int64_t nb = std::max<int64_t>(T::kWidth, t.block);
+  for (int64_t jb = t.j0; jb < t.j1; jb += nb) {
+    const int64_t w = std::min(nb, t.j1 - jb);
+    for (int i = 0; i < M; ++i) ScaleRow<T>(t.c + i * t.ldc + jb, w, t.beta);
+    int64_t p = 0;
+    for (; p + KU <= t.k; p += KU) NNStep<T, M, KU>(t, p, jb, w);
+    for (; p < t.k; ++p) NNStep<T, M, 1>(t, p, jb, w);
+  }
+}
+
+template <class T>
+CG_INLINE float HSum(typename T::V v) {
+  alignas(64) float lanes[T::kWidth];
+  T::Store(lanes, v);
+  float s = 0;
+#pragma GCC unroll 16
+  for (int l = 0; l < T::kWidth; ++l) s += lanes[l];
+  return s;
+}
+
+// C[i0:i0+MI, j:j+NJ] from rows i0.. of A and rows j.. of B.
+template <class T, int MI, int NJ>
+CG_INLINE void NTTile(const GemvTask& t, int i0, int64_t j) {
+  using V = typename T::V;
+  constexpr int W = T::kWidth;
+  V acc[MI][NJ];
+#pragma GCC unroll 8
+  for (int i = 0; i < MI; ++i)
+#pragma GCC unroll 8
+    for (int q = 0; q < NJ; ++q) acc[i][q] = T::Zero();
+  const float* arow[MI];
+#pragma GCC unroll 8
+  for (int i = 0; i < MI; ++i) arow[i] = t.a + (i0 + i) * t.lda;
+  const float* brow[NJ];
+#pragma GCC unroll 8
+  for (int q = 0; q < NJ; ++q) brow[q] = t.b + (j + q) * t.ldb;
+  int64_t p = 0;
+  for (; p + W <= t.k; p += W) {
+    V av[MI];
+#pragma GCC unroll 8
+    for (int i = 0; i < MI; ++i) av[i] = T::Load(arow[i] + p);
+#pragma GCC unroll 8
+    for (int q = 0; q < NJ; ++q) {
+      const V bv = T::Load(brow[q] + p);
+#pragma GCC unroll 8
+      for (int i = 0; i < MI; ++i) acc[i][q] = T::Fma(av[i], bv, acc[i][q]);
+    }
+  }
+  if (p < t.k) {
+    const int n = int(t.k - p);
+    V av[MI];
+#pragma GCC unroll 8
+    for (int i = 0; i < MI; ++i) av[i] = T::LoadN(arow[i] + p, n);
+#pragma GCC unroll 8
+    for (int q = 0; q < NJ; ++q) {
+      const V bv = T::LoadN(brow[q] + p, n);
+#pragma GCC unroll 8
+      for (int i = 0; i < MI; ++i) acc[i][q] = T::Fma(av[i], bv, acc[i][q]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MI; ++i)
+#pragma GCC unroll 8
+    for (int q = 0; q < NJ; ++q) {
+      float* c = t.c + (i0 + i) * t.ldc + j + q;
+      const float s = t.alpha * HSum<T>(acc[i][q]);
+      *c = t.beta == 0.0f ? s : s + t.beta * *c;
+    }
+}
+
+// Rows [i0, i0+MI) of C over the task's columns: NJ-wide tiles, then single columns.
+template <class T, int MI, int NJ>
+void NTRowGroup(const GemvTask& t, int i0) {
+  int64_t j = t.j0;
+  for (; j + NJ <= t.j1; j += NJ) NTTile<T, MI, NJ>(t, i0, j);
+  for (; j < t.j1; ++j) NTTile<T, MI, 1>(t, i0, j);
+}
+
+// Rows [i0, m) in groups of at most MI (4, 2, 1), each with NJ-wide tiles.
+template <class T, int MI, int NJ>
+void NTRows(const GemvTask& t) {
+  int i = 0;
+  for (; i + MI <= t.m; i += MI) NTRowGroup<T, MI, NJ>(t, i);
+  if constexpr (MI > 2) {
+    if (i + 2 <= t.m) {
+      NTRowGroup<T, 2, NJ>(t, i);
+      i += 2;
+    }
+  }
+  if constexpr (MI > 1) {
+    if (i < t.m) NTRowGroup<T, 1, NJ>(t, i);
+  }
+}
+
+// The register tile for a block of NJ = t.block: MI * NJ <= 8 accumulators.
+template <class T>
+void NTDispatch(const GemvTask& t) {
+  switch (t.block) {
+    case 1: return NTRows<T, 4, 1>(t);
+    case 2: return NTRows<T, 4, 2>(t);
+    case 4: return NTRows<T, 2, 4>(t);
+    default: return NTRows<T, 1, 8>(t);
+  }
+}
+
+template <class T>
+void NNDispatch(const GemvTask& t) {
+  switch (t.m) {
+    case 1: return NNRows<T, 1>(t);
+    case 2: return NNRows<T, 2>(t);
+    case 3: return NNRows<T, 3>(t);
+    case 4: return NNRows<T, 4>(t);
+    case 5: return NNRows<T, 5>(t);
+    case 6: return NNRows<T, 6>(t);
+    case 7: return NNRows<T, 7>(t);
+    default: return NNRows<T, 8>(t);
+  }
+}
+
+}  // namespace
+}  // namespace cliffguard::cpu
+
+#define CG_DEFINE_GEMV_KERNEL(name, traits, trans_b)                          \
+  namespace cliffguard::cpu {                                                 \
+  void name##_rows(const GemvTask& task) {                                    \
+    if constexpr (trans_b) NTDispatch<traits>(task);                          \
+    else NNDispatch<traits>(task);                                            \
+  }                                                                           \
+  }

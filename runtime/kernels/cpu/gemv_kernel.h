@@ -1,0 +1,33 @@
+// The contract between the small-m GEMM driver (gemv_driver.cc, ISA-free) and the
+// per-ISA row kernels (one translation unit per row of gemv_f32.inc).
+#pragma once
+
+#include <cstdint>
+
+namespace cliffguard::cpu {
+
+// C[0:m, j0:j1] = alpha * A * op(B)[:, j0:j1] + beta * C[0:m, j0:j1].
+//   A is m x k row-major (lda >= k); B is k x n (ldb >= n) or, for the nt kernels,
+//   n x k (ldb >= k); beta == 0: C is not read. 1 <= m <= 8.
+//   block: nn kernels: columns of C per block, kept in L1/L2 while all of k streams
+//   through; nt kernels: rows of B (columns of C) per register tile (1, 2, 4, 8).
+struct GemvTask {
+  int m;
+  int64_t k;
+  const float* a;
+  int64_t lda;
+  const float* b;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+  float alpha, beta;
+  int64_t j0, j1;
+  int block;
+};
+
+using GemvRowsFn = void (*)(const GemvTask& task);
+
+#define CG_GEMV(isa, name, trans_b) void name##_rows(const GemvTask& task);
+#include "kernels/cpu/gemv_f32.inc"
+
+}  // namespace cliffguard::cpu
