@@ -17,9 +17,13 @@
 #include <immintrin.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <span>
+#include <string_view>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -95,6 +99,25 @@ void RegisterShape(const Shape& s, bool nt, int threads) {
   const std::string suffix = fmt::format("{}/{}/m={}/n={}/k={}/threads:{}", s.group, nt ? "nt" : "nn", s.m, s.n, s.k, threads);
   const OpKey key = OpKey::Gemm(s.m, s.n, s.k, false, nt);
   const DeviceInfo device = HostCpuDevice(threads);
+
+  // The packed GEMM's default (what a miss ran before the small-m kernels) for m <= 8.
+  if (s.m <= 8)
+    benchmark::RegisterBenchmark(("packed/" + suffix).c_str(), [s, key, device](benchmark::State& st) {
+      const KernelVariant* packed = nullptr;
+      for (const auto& v : AllKernelVariants())
+        if (!packed && std::string_view(v.name).find("_gemm_") != std::string_view::npos && VariantSupports(v, key, device).ok())
+          packed = &v;
+      if (!packed) return st.SkipWithError("no packed variant");
+      const Schedule sched = VariantDefaultSchedule(*packed, key, device);
+      st.SetLabel(sched.ToString());
+      bench::RotatedOperands ops(s.m, s.n, s.k, CoverBytes(device));
+      for (auto _ : st) {
+        auto& x = ops.Next();
+        Status ok = RunGemm(sched, DenseGemmArgs(key, x.a.data(), x.b.data(), x.c.data()));
+        if (!ok.ok()) return st.SkipWithError(ok.ToString().c_str());
+      }
+      SetCounters(st, s);
+    })->UseRealTime();
 
   benchmark::RegisterBenchmark(("default/" + suffix).c_str(), [s, key, device](benchmark::State& st) {
     auto sched = DefaultSchedule(key, device);
@@ -186,48 +209,73 @@ void RegisterShape(const Shape& s, bool nt, int threads) {
 #endif
 }
 
-// The memory bound: a streaming read of a buffer far larger than the last-level
-// cache, each thread its own share (GB/s summed over threads).
-void BM_read_bandwidth(benchmark::State& st) {
-  static std::vector<float> buf(size_t(512) << 18, 1.0f);  // 512 MiB, shared
-  const size_t share = buf.size() / size_t(st.threads());
-  const float* p = buf.data() + share * size_t(st.thread_index());
-  float sink = 0;
-  for (auto _ : st) {
-    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (size_t i = 0; i + 4 <= share; i += 4) {
-      s0 += p[i];
-      s1 += p[i + 1];
-      s2 += p[i + 2];
-      s3 += p[i + 3];
-    }
-    sink += s0 + s1 + s2 + s3;
-  }
-  benchmark::DoNotOptimize(sink);
-  st.counters["GBps"] = benchmark::Counter(double(share) * 4e-9, benchmark::Counter::kIsIterationInvariantRate);
+// Runs fn(t) on `threads` threads (the caller is thread 0) and joins them.
+template <typename Fn>
+void OnThreads(int threads, Fn&& fn) {
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(fn, t);
+  fn(0);
+  for (auto& th : pool) th.join();
 }
 
-// The compute bound: independent FMA chains in registers (AVX2 + FMA).
-__attribute__((target("avx2,fma"))) void BM_fma_peak(benchmark::State& st) {
+__attribute__((target("avx2"))) float SumAvx2(const float* p, size_t n) {
+  __m256 s[8];
+  for (auto& x : s) x = _mm256_setzero_ps();
+  for (size_t i = 0; i + 64 <= n; i += 64)
+    for (int v = 0; v < 8; ++v) s[v] = _mm256_add_ps(s[v], _mm256_load_ps(p + i + 8 * v));
+  for (int v = 1; v < 8; ++v) s[0] = _mm256_add_ps(s[0], s[v]);
+  float out[8];
+  _mm256_storeu_ps(out, s[0]);
+  return out[0] + out[7];
+}
+
+// The memory bound: a streaming read of 512 MiB (far larger than the last-level
+// cache) by `threads` threads, each its own contiguous share; GB/s of all of them.
+void BM_read_bandwidth(benchmark::State& st) {
+  static float* buf_data = [] {  // 512 MiB, 64-byte aligned
+    auto* p = static_cast<float*>(std::aligned_alloc(64, size_t(512) << 20));
+    std::fill(p, p + (size_t(512) << 18), 1.0f);
+    return p;
+  }();
+  static const std::span<const float> buf(buf_data, size_t(512) << 18);
+  const int threads = int(st.range(0));
+  const size_t share = buf.size() / size_t(threads) / 64 * 64;
+  std::vector<float> sink(static_cast<size_t>(threads), 0.0f);
+  for (auto _ : st) OnThreads(threads, [&](int t) { sink[size_t(t)] += SumAvx2(buf.data() + share * size_t(t), share); });
+  benchmark::DoNotOptimize(sink.data());
+  st.counters["GBps"] = benchmark::Counter(double(share * size_t(threads)) * 4e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The compute bound: 10 independent FMA chains in registers per thread (AVX2 + FMA).
+__attribute__((target("avx2,fma"))) float FmaChains(int64_t steps) {
   __m256 acc[10];
   for (auto& a : acc) a = _mm256_set1_ps(1.0f);
   const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
-  for (auto _ : st) {
-    for (int i = 0; i < 1000; ++i)
-      for (auto& a : acc) a = _mm256_fmadd_ps(a, x, y);
-  }
-  float out[8];
+  for (int64_t i = 0; i < steps; ++i)
+    for (auto& a : acc) a = _mm256_fmadd_ps(a, x, y);
+  float out[8], s = 0;
   for (auto& a : acc) {
     _mm256_storeu_ps(out, a);
-    benchmark::DoNotOptimize(out[0]);
+    s += out[0];
   }
-  st.counters["GFLOPS"] = benchmark::Counter(1000.0 * 10 * 16 * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  return s;
+}
+
+void BM_fma_peak(benchmark::State& st) {
+  const int threads = int(st.range(0));
+  constexpr int64_t kSteps = 1 << 20;
+  std::vector<float> sink(static_cast<size_t>(threads), 0.0f);
+  for (auto _ : st) OnThreads(threads, [&](int t) { sink[size_t(t)] += FmaChains(kSteps); });
+  benchmark::DoNotOptimize(sink.data());
+  st.counters["GFLOPS"] =
+      benchmark::Counter(double(kSteps) * 10 * 16 * threads * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void RegisterAll() {
-  benchmark::RegisterBenchmark("BM_read_bandwidth", BM_read_bandwidth)->Threads(1)->Threads(2)->UseRealTime();
-  if (HostCpuDevice().isa & kIsaAvx2)
-    benchmark::RegisterBenchmark("BM_fma_peak", BM_fma_peak)->Threads(1)->Threads(2)->UseRealTime();
+  if (HostCpuDevice().isa & kIsaAvx2) {
+    benchmark::RegisterBenchmark("BM_read_bandwidth", BM_read_bandwidth)->Arg(1)->Arg(2)->UseRealTime();
+    benchmark::RegisterBenchmark("BM_fma_peak", BM_fma_peak)->Arg(1)->Arg(2)->UseRealTime();
+  }
   for (const Shape& s : Shapes())
     for (bool nt : {false, true})
       for (int threads : {1, 2}) RegisterShape(s, nt, threads);

@@ -60,7 +60,12 @@ void GemvFitDefaults(const KernelVariant&, const OpKey& key, const DeviceInfo& d
   for (int32_t t : kGemmThreadValues)
     if (t <= limit) threads = t;
   p[kGemvThreads] = threads;
-  if (kTransB) p[kGemvBlock] = key.m() == 1 ? 8 : key.m() == 2 ? 4 : 2;
+  if (kTransB) {
+    p[kGemvBlock] = key.m() == 1 ? 8 : key.m() == 2 ? 4 : 2;
+  } else {  // the widest C block whose m rows fit in 16 KiB of L1: B rows then stream in long runs
+    for (int32_t nb : kGemvNbValues)
+      if (key.m() * nb * 4 <= (16 << 10)) p[kGemvBlock] = nb;
+  }
 }
 template void GemvFitDefaults<false>(const KernelVariant&, const OpKey&, const DeviceInfo&, ParamValues&);
 template void GemvFitDefaults<true>(const KernelVariant&, const OpKey&, const DeviceInfo&, ParamValues&);

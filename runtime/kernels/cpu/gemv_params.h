@@ -32,8 +32,9 @@ Status GemvCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p,
 // supports(): m <= kGemvMaxM and B in the variant's layout (kTransB: B stored n x k).
 template <bool kTransB>
 Status GemvSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
-// fit_defaults(): threads from the bytes of B (each thread streams at least 1 MiB),
-// nj from m (one pass over B for m <= 4).
+// fit_defaults(): threads from the bytes of B (each thread streams at least 1 MiB);
+// nt: nj from m (one pass over B for m <= 4); nn: nb, the widest block whose m rows
+// of C fit in 16 KiB.
 template <bool kTransB>
 void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
 
