@@ -28,19 +28,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Json = nlohmann::ordered_json;
 
-bool WriteLine(int fd, const std::string& s) {
-  size_t done = 0;
-  while (done < s.size()) {
-    const ssize_t n = ::write(fd, s.data() + done, s.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    done += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 std::string OneLine(std::string s) {
   for (char& ch : s)
     if (ch == '\n' || ch == '\r') ch = ' ';
@@ -87,13 +74,13 @@ void WorkerLoop(int fd, OpHarness& h, const MeasureOptions& opt, std::span<const
   };
   if (!interleaved) {
     for (size_t i : pending) {
-      if (!WriteLine(fd, fmt::format("S {}\n", i))) fail();
+      if (!WriteAll(fd, fmt::format("S {}\n", i))) fail();
       const Schedule& s = schedules[i];
       std::string err = h.Check(s);
       if (err.empty()) err = warmup(s);
       std::vector<double> times;
       if (err.empty()) err = Time(h, s, opt, opt.min_time_ms, std::max(1, opt.min_repeats), times);
-      if (!WriteLine(fd, err.empty() ? ResultLine(i, true, Median(times), "") : ResultLine(i, false, 0, err))) fail();
+      if (!WriteAll(fd, err.empty() ? ResultLine(i, true, Median(times), "") : ResultLine(i, false, 0, err))) fail();
     }
     return;
   }
@@ -109,7 +96,7 @@ void WorkerLoop(int fd, OpHarness& h, const MeasureOptions& opt, std::span<const
     for (size_t t = 0; t < pending.size(); ++t)
       if (errs[t].empty()) errs[t] = Time(h, schedules[pending[t]], opt, opt.min_time_ms / 2, per_round_calls, times[t]);
   for (size_t t = 0; t < pending.size(); ++t)
-    if (!WriteLine(fd, errs[t].empty() ? ResultLine(pending[t], true, Median(times[t]), "")
+    if (!WriteAll(fd, errs[t].empty() ? ResultLine(pending[t], true, Median(times[t]), "")
                                        : ResultLine(pending[t], false, 0, errs[t])))
       fail();
 }

@@ -29,7 +29,18 @@ std::string SignalText(int sig) {
   return fmt::format("signal {} (SIG{})", sig, abbrev ? abbrev : "?");
 }
 
-// Writes all of `s` to fd, retrying short writes; false on error (e.g. EPIPE).
+void ChildSetup(pid_t parent) {
+  // Die with the tuner. The check after prctl closes the race where the parent died
+  // between fork and prctl (getppid is then a reaper, not `parent`).
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) _exit(4);
+  struct rlimit no_core = {0, 0};
+  ::setrlimit(RLIMIT_CORE, &no_core);
+  ::signal(SIGPIPE, SIG_DFL);
+}
+
+}  // namespace
+
 bool WriteAll(int fd, const std::string& s) {
   size_t done = 0;
   while (done < s.size()) {
@@ -42,18 +53,6 @@ bool WriteAll(int fd, const std::string& s) {
   }
   return true;
 }
-
-void ChildSetup(pid_t parent) {
-  // Die with the tuner. The check after prctl closes the race where the parent died
-  // between fork and prctl (getppid is then a reaper, not `parent`).
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != parent) _exit(4);
-  struct rlimit no_core = {0, 0};
-  ::setrlimit(RLIMIT_CORE, &no_core);
-  ::signal(SIGPIPE, SIG_DFL);
-}
-
-}  // namespace
 
 std::string SandboxOutcome::Describe(double timeout_s) const {
   switch (kind) {

@@ -38,6 +38,10 @@ struct SandboxOutcome {
 // from now until the next line, or a value <= 0 to keep the current deadline.
 using SandboxLineFn = std::function<double(const std::string& line)>;
 
+// Writes all of `s` to fd, retrying short writes and EINTR; false on an error
+// (e.g. EPIPE when the reader is gone).
+bool WriteAll(int fd, const std::string& s);
+
 // Runs the task; `first_deadline_s` is the time until the first line. Fails only
 // when the operating system refuses a pipe, fork or spawn.
 StatusOr<SandboxOutcome> RunSandboxed(const SandboxTask& task, double first_deadline_s, const SandboxLineFn& on_line);
