@@ -100,8 +100,8 @@ void RegisterShape(const Shape& s, bool nt, int threads) {
   const OpKey key = OpKey::Gemm(s.m, s.n, s.k, false, nt);
   const DeviceInfo device = HostCpuDevice(threads);
 
-  // The packed GEMM's default (what a miss ran before the small-m kernels) for m <= 8.
-  if (s.m <= 8)
+  // The packed GEMM's default (what a miss ran before the small-m kernels) for m <= 16.
+  if (s.m <= 16)
     benchmark::RegisterBenchmark(("packed/" + suffix).c_str(), [s, key, device](benchmark::State& st) {
       const KernelVariant* packed = nullptr;
       for (const auto& v : AllKernelVariants())

@@ -241,7 +241,7 @@ Schedule GemvWith(const KernelVariant& v, int threads, int block) {
 void GemvShapes(const KernelVariant& v) {
   const bool tb = GemvTransB(v);
   int seed = 0;
-  for (int64_t m = 1; m <= cpu::kGemvMaxM; ++m)
+  for (int64_t m = 1; m <= cpu::GemvMaxM(tb); ++m)
     for (int64_t n : {1, 7, 16, 17, 33, 100})
       for (int64_t k : {1, 5, 8, 17, 64, 131})
         for (int ta = 0; ta < 2; ++ta) {
@@ -251,7 +251,7 @@ void GemvShapes(const KernelVariant& v) {
           if (seed % 3 == 0) t.lda_pad(3).ldb_pad(5).ldc_pad(2);
           if (!t.Test(GemvWith(v, seed % 2 ? MaxHostThreads() : 1, block))) return;
         }
-  EXPECT_FALSE(VariantSupports(v, OpKey::Gemm(cpu::kGemvMaxM + 1, 8, 8, false, tb), Host()).ok());
+  EXPECT_FALSE(VariantSupports(v, OpKey::Gemm(cpu::GemvMaxM(tb) + 1, 8, 8, false, tb), Host()).ok());
   EXPECT_FALSE(VariantSupports(v, OpKey::Gemm(1, 8, 8, false, !tb), Host()).ok());
 }
 
@@ -264,7 +264,7 @@ void GemvAlphaBetaAndBlocks(const KernelVariant& v) {
       if (!t.Test(GemvWith(v, MaxHostThreads(), tb ? 4 : 64))) return;
     }
   for (int32_t block : v.params[1].values)
-    for (int64_t m : {1, 4, 8}) {
+    for (int64_t m : {int64_t{1}, int64_t{3}, cpu::GemvMaxM(tb)}) {
       GemmTester t;
       t.shape(m, 300, 257).trans_b(tb).beta(0.5f).seed(uint32_t(block + m));
       if (!t.Test(GemvWith(v, MaxHostThreads(), block))) return;
@@ -274,7 +274,7 @@ void GemvAlphaBetaAndBlocks(const KernelVariant& v) {
 void GemvDefaults(const KernelVariant& v) {
   const bool tb = GemvTransB(v);
   for (const auto& sh : ShapesFromData()) {
-    if (sh.m > cpu::kGemvMaxM) continue;
+    if (sh.m > cpu::GemvMaxM(tb)) continue;
     const OpKey key = OpKey::Gemm(sh.m, sh.n, sh.k, sh.ta, tb);
     for (int threads : {1, 3, 64}) {
       DeviceInfo d = Host();
@@ -293,7 +293,7 @@ void GemvConcurrentCallers(const KernelVariant& v) {
     threads.emplace_back([&v, c] {
       for (int r = 0; r < 4; ++r) {
         GemmTester t;
-        t.shape(1 + c + r, 301 + r, 129).trans_b(GemvTransB(v)).beta(r % 2 ? 1.0f : 0.0f).seed(c * 100 + r);
+        t.shape(std::min<int64_t>(1 + c + r, cpu::GemvMaxM(GemvTransB(v))), 301 + r, 129).trans_b(GemvTransB(v)).beta(r % 2 ? 1.0f : 0.0f).seed(c * 100 + r);
         if (!t.Test(GemvWith(v, MaxHostThreads(), GemvTransB(v) ? 8 : 256))) return;
       }
     });

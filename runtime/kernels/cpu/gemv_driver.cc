@@ -43,7 +43,8 @@ Status GemvCheck(const KernelVariant& v, const OpKey&, const ParamValues& p, con
 
 template <bool kTransB>
 Status GemvSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo&) {
-  if (key.m() > kGemvMaxM) return Unimplemented(fmt::format("{}: m={} is over {}", v.name, key.m(), kGemvMaxM));
+  if (key.m() > GemvMaxM(kTransB))
+    return Unimplemented(fmt::format("{}: m={} is over {}", v.name, key.m(), GemvMaxM(kTransB)));
   if (key.trans_b != kTransB)
     return Unimplemented(fmt::format("{}: runs B stored {}, the key has it {}", v.name, kTransB ? "n x k" : "k x n",
                                      key.trans_b ? "n x k" : "k x n"));
@@ -77,7 +78,7 @@ Status GemvF32(const GemmArgs& args, const ParamValues& p, void (*rows)(const Ge
   t.k = args.k;
   t.a = static_cast<const float*>(args.a);
   t.lda = args.lda;
-  if (args.trans_a) {  // A is k x m: gather op(A) as m rows of k (m <= 8, cheap next to B)
+  if (args.trans_a) {  // A is k x m: gather op(A) as m rows of k (m <= 16, cheap next to B)
     tls_a.resize(size_t(args.m * args.k));
     for (int64_t pp = 0; pp < args.k; ++pp)
       for (int64_t i = 0; i < args.m; ++i) tls_a[size_t(i * args.k + pp)] = t.a[pp * args.lda + i];

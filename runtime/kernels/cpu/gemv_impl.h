@@ -8,8 +8,8 @@
 // streams through row by row; each step keeps KU rows of B and M*KU broadcast
 // elements of A in registers, so a C element is loaded and stored once per KU rows.
 // nt (B is n x k): a register tile of MI rows of A by NJ rows of B accumulates dot
-// products along k (contiguous in both), then reduces horizontally; B rows are read
-// once per group of MI rows of A.
+// products along k (contiguous in both), then reduces horizontally; for each tile of
+// NJ rows of B every group of MI rows of A passes, so B is read from memory once.
 #pragma once
 
 #include <algorithm>
@@ -155,28 +155,30 @@ CG_INLINE void NTTile(const GemvTask& t, int i0, int64_t j) {
     }
 }
 
-// Rows [i0, i0+MI) of C over the task's columns: NJ-wide tiles, then single columns.
+// Columns [j, j+NJ) of C for every row, in groups of at most MI rows (then 2, 1):
+// the NJ rows of B stay in L1/L2 while the row groups of A (in L2) pass, so B comes
+// from memory once whatever m is.
 template <class T, int MI, int NJ>
-void NTRowGroup(const GemvTask& t, int i0) {
-  int64_t j = t.j0;
-  for (; j + NJ <= t.j1; j += NJ) NTTile<T, MI, NJ>(t, i0, j);
-  for (; j < t.j1; ++j) NTTile<T, MI, 1>(t, i0, j);
-}
-
-// Rows [i0, m) in groups of at most MI (4, 2, 1), each with NJ-wide tiles.
-template <class T, int MI, int NJ>
-void NTRows(const GemvTask& t) {
+void NTColumnTile(const GemvTask& t, int64_t j) {
   int i = 0;
-  for (; i + MI <= t.m; i += MI) NTRowGroup<T, MI, NJ>(t, i);
+  for (; i + MI <= t.m; i += MI) NTTile<T, MI, NJ>(t, i, j);
   if constexpr (MI > 2) {
     if (i + 2 <= t.m) {
-      NTRowGroup<T, 2, NJ>(t, i);
+      NTTile<T, 2, NJ>(t, i, j);
       i += 2;
     }
   }
   if constexpr (MI > 1) {
-    if (i < t.m) NTRowGroup<T, 1, NJ>(t, i);
+    if (i < t.m) NTTile<T, 1, NJ>(t, i, j);
   }
+}
+
+// The task's columns: NJ-wide tiles, then single columns.
+template <class T, int MI, int NJ>
+void NTRows(const GemvTask& t) {
+  int64_t j = t.j0;
+  for (; j + NJ <= t.j1; j += NJ) NTColumnTile<T, MI, NJ>(t, j);
+  for (; j < t.j1; ++j) NTColumnTile<T, MI, 1>(t, j);
 }
 
 // The register tile for a block of NJ = t.block: MI * NJ <= 8 accumulators.
@@ -200,7 +202,15 @@ void NNDispatch(const GemvTask& t) {
     case 5: return NNRows<T, 5>(t);
     case 6: return NNRows<T, 6>(t);
     case 7: return NNRows<T, 7>(t);
-    default: return NNRows<T, 8>(t);
+    case 8: return NNRows<T, 8>(t);
+    case 9: return NNRows<T, 9>(t);
+    case 10: return NNRows<T, 10>(t);
+    case 11: return NNRows<T, 11>(t);
+    case 12: return NNRows<T, 12>(t);
+    case 13: return NNRows<T, 13>(t);
+    case 14: return NNRows<T, 14>(t);
+    case 15: return NNRows<T, 15>(t);
+    default: return NNRows<T, 16>(t);
   }
 }
 

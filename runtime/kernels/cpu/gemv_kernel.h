@@ -8,7 +8,7 @@ namespace cliffguard::cpu {
 
 // C[0:m, j0:j1] = alpha * A * op(B)[:, j0:j1] + beta * C[0:m, j0:j1].
 //   A is m x k row-major (lda >= k); B is k x n (ldb >= n) or, for the nt kernels,
-//   n x k (ldb >= k); beta == 0: C is not read. 1 <= m <= 8.
+//   n x k (ldb >= k); beta == 0: C is not read. 1 <= m <= kGemvMaxM (16).
 //   block: nn kernels: columns of C per block, kept in L1/L2 while all of k streams
 //   through; nt kernels: rows of B (columns of C) per register tile (1, 2, 4, 8).
 struct GemvTask {

@@ -12,8 +12,12 @@ namespace cliffguard::cpu {
 // Indices in ParamValues (declaration order of the kSpecs below).
 enum GemvParam : int { kGemvThreads = 0, kGemvBlock = 1 };
 
-// The largest m these variants run.
-inline constexpr int64_t kGemvMaxM = 8;
+// The largest m these variants run, by layout of B (measured, bench/RESULTS.md): nt
+// tiles keep B in L1/L2 while every row group of A passes, and beat the packed path
+// up to m = 16; nn keeps m rows of C in L1, whose rows alias in L1 sets once many
+// rows are ldc apart, so beyond m = 4 the packed path is kept.
+inline constexpr int64_t kGemvMaxM = 16;
+constexpr int64_t GemvMaxM(bool trans_b) { return trans_b ? 16 : 4; }
 
 inline constexpr int32_t kGemvNbValues[] = {64, 128, 256, 512, 1024, 2048, 4096};
 inline constexpr int32_t kGemvNjValues[] = {1, 2, 4, 8};
@@ -29,7 +33,7 @@ inline constexpr ParamSpec kGemvNTSpecs[] = {
 
 // check(): threads <= device.threads.
 Status GemvCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
-// supports(): m <= kGemvMaxM and B in the variant's layout (kTransB: B stored n x k).
+// supports(): m <= GemvMaxM(kTransB) and B in the variant's layout (kTransB: B stored n x k).
 template <bool kTransB>
 Status GemvSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 // fit_defaults(): threads from the bytes of B (each thread streams at least 1 MiB);
