@@ -191,7 +191,7 @@ TEST(ServingDefaultTest, ClassedBundleDefaultsServeTheirOwnClassOnly) {
   BundleSpec spec = HostBundle(dev, {OpKey::Gemm(128, 768, 768)});
   BundleOpDefault skinny;
   skinny.shape_class = ShapeClass::kSkinny;
-  skinny.schedule = ToNamed(*DefaultSchedule(OpKey::Gemm(4, 768, 768), dev));
+  skinny.schedule = ToNamed(*DefaultSchedule(OpKey::Gemm(64, 768, 768), dev));  // a packed schedule: any m
   spec.defaults.push_back(skinny);
   auto back = ParseBundle(SerializeBundle(spec));
   ASSERT_TRUE(back.ok());
