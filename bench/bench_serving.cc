@@ -95,6 +95,18 @@ Runtime* RuntimeFor(int threads) {
   return g_runtimes.back().get();
 }
 
+// Times one schedule through RunGemm on rotated operands.
+void TimeSchedule(benchmark::State& st, const Shape& s, const OpKey& key, const DeviceInfo& device, const Schedule& sched) {
+  st.SetLabel(sched.ToString());
+  bench::RotatedOperands ops(s.m, s.n, s.k, CoverBytes(device));
+  for (auto _ : st) {
+    auto& x = ops.Next();
+    Status ok = RunGemm(sched, DenseGemmArgs(key, x.a.data(), x.b.data(), x.c.data()));
+    if (!ok.ok()) return st.SkipWithError(ok.ToString().c_str());
+  }
+  SetCounters(st, s);
+}
+
 void RegisterShape(const Shape& s, bool nt, int threads) {
   const std::string suffix = fmt::format("{}/{}/m={}/n={}/k={}/threads:{}", s.group, nt ? "nt" : "nn", s.m, s.n, s.k, threads);
   const OpKey key = OpKey::Gemm(s.m, s.n, s.k, false, nt);
@@ -108,28 +120,13 @@ void RegisterShape(const Shape& s, bool nt, int threads) {
         if (!packed && std::string_view(v.name).find("_gemm_") != std::string_view::npos && VariantSupports(v, key, device).ok())
           packed = &v;
       if (!packed) return st.SkipWithError("no packed variant");
-      const Schedule sched = VariantDefaultSchedule(*packed, key, device);
-      st.SetLabel(sched.ToString());
-      bench::RotatedOperands ops(s.m, s.n, s.k, CoverBytes(device));
-      for (auto _ : st) {
-        auto& x = ops.Next();
-        Status ok = RunGemm(sched, DenseGemmArgs(key, x.a.data(), x.b.data(), x.c.data()));
-        if (!ok.ok()) return st.SkipWithError(ok.ToString().c_str());
-      }
-      SetCounters(st, s);
+      TimeSchedule(st, s, key, device, VariantDefaultSchedule(*packed, key, device));
     })->UseRealTime();
 
   benchmark::RegisterBenchmark(("default/" + suffix).c_str(), [s, key, device](benchmark::State& st) {
     auto sched = DefaultSchedule(key, device);
     if (!sched.ok()) return st.SkipWithError(sched.status().ToString().c_str());
-    st.SetLabel(sched->ToString());
-    bench::RotatedOperands ops(s.m, s.n, s.k, CoverBytes(device));
-    for (auto _ : st) {
-      auto& x = ops.Next();
-      Status ok = RunGemm(*sched, DenseGemmArgs(key, x.a.data(), x.b.data(), x.c.data()));
-      if (!ok.ok()) return st.SkipWithError(ok.ToString().c_str());
-    }
-    SetCounters(st, s);
+    TimeSchedule(st, s, key, device, *sched);
   })->UseRealTime();
 
   if (Runtime* rt = g_bundles.empty() ? nullptr : RuntimeFor(threads)) {

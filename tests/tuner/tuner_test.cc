@@ -161,6 +161,18 @@ class FakeMeasurer final : public Measurer {
   DeviceInfo device_;
 };
 
+// Tunes with the fake's scripted times and no bundle default; the log's records.
+std::vector<LogRecord> TuneWithFakeTimes(TunerOptions o, FakeMeasurer& fake, TuneResult* result = nullptr) {
+  o.bundle_default = false;
+  o.measurer = &fake;
+  auto res = Tune(o);
+  EXPECT_TRUE(res.ok()) << res.status().ToString();
+  if (res.ok() && result) *result = *res;
+  auto contents = ReadTuningLog(o.log_path);
+  EXPECT_TRUE(contents.ok()) << contents.status().ToString();
+  return contents.ok() ? contents->records : std::vector<LogRecord>{};
+}
+
 // The noise rule: a re-measured group always includes the default schedule, and the
 // summary's default_us and tuned_us are that interleaved measurement's medians.
 TEST(TunerTest, TheDefaultIsReMeasuredWithEveryTieGroup) {
@@ -168,16 +180,11 @@ TEST(TunerTest, TheDefaultIsReMeasuredWithEveryTieGroup) {
   TunerOptions o = Fast({OpKey::Gemm(48, 64, 32)}, "random", 8, log);
   o.tie_tolerance = 0.5;  // every trial (60-79 us) ties; the default (100 us) does not
   o.tie_max = 2;          // and the group is full before the default's rank is reached
-  o.bundle_default = false;
   FakeMeasurer fake(HostCpuDevice());
-  o.measurer = &fake;
-  auto res = Tune(o);
-  ASSERT_TRUE(res.ok()) << res.status().ToString();
-  auto contents = ReadTuningLog(log);
-  ASSERT_TRUE(contents.ok()) << contents.status().ToString();
+  TuneResult res;
   NamedSchedule def;
   std::vector<LogRecord> re;
-  for (const auto& r : contents->records) {
+  for (const auto& r : TuneWithFakeTimes(o, fake, &res)) {
     if (r.kind == RecordKind::kDefault) def = r.schedule;
     if (r.kind == RecordKind::kRemeasure) re.push_back(r);
   }
@@ -187,7 +194,8 @@ TEST(TunerTest, TheDefaultIsReMeasuredWithEveryTieGroup) {
   ASSERT_NE(d, re.end()) << "the default was not re-measured with the group";
   EXPECT_EQ(re.size(), 3u);  // tie_max candidates plus the default
   EXPECT_EQ(fake.interleaved_calls, 1);
-  const KeySummary& s = res->summaries[0];
+  ASSERT_EQ(res.summaries.size(), 1u);
+  const KeySummary& s = res.summaries[0];
   EXPECT_DOUBLE_EQ(s.default_us, fake.default_us + fake.remeasure_add);
   EXPECT_DOUBLE_EQ(s.default_us, d->median_us);
   double fastest = d->median_us;
@@ -215,15 +223,9 @@ TEST(TunerTest, ProposalsOfAnEnumeratingVariantAreTheFirstTrials) {
   const std::string log = TempPath("enum.jsonl");
   TunerOptions o = Fast({OpKey::Gemm(8, 16, 8)}, "random", 5, log);
   o.variants = {&kEnumerating};
-  o.bundle_default = false;
   FakeMeasurer fake(HostCpuDevice());
-  o.measurer = &fake;
-  auto res = Tune(o);
-  ASSERT_TRUE(res.ok()) << res.status().ToString();
-  auto contents = ReadTuningLog(log);
-  ASSERT_TRUE(contents.ok());
   std::vector<int64_t> algos;
-  for (const auto& r : contents->records)
+  for (const auto& r : TuneWithFakeTimes(o, fake))
     if (r.kind == RecordKind::kTrial) algos.push_back(r.schedule.params.at(0).second);
   ASSERT_EQ(algos.size(), 5u);
   EXPECT_EQ(algos[0], 6);
