@@ -52,6 +52,10 @@ struct GemmArgs {
   void* c = nullptr;
   int64_t ldc = 0;
   void* stream = nullptr;  // cudaStream_t on the cuda backend; ignored on cpu
+  // op(B) packed ahead of the call by the running variant's pack_weights, for this
+  // key and these parameters (a plan with constant weights). When set, b and ldb are
+  // not read. Only for a variant with pack_weights.
+  const void* packed_b = nullptr;
 };
 
 // Checks dims >= 1, leading dimensions, non-null pointers. Names the value and rule.
@@ -120,6 +124,15 @@ using CandidateFn = std::vector<ParamValues> (*)(const KernelVariant& self, cons
 // Scratch memory (bytes) one call with these parameters needs from the caller.
 using WorkspaceFn = size_t (*)(const KernelVariant& self, const OpKey& key, const ParamValues& params);
 
+// Constant weights (gemm: B), packed once ahead of every call into the layout this
+// variant reads under these parameters (GemmArgs::packed_b). Bytes of that layout:
+using PackedWeightsBytesFn = size_t (*)(const KernelVariant& self, const OpKey& key, const ParamValues& params);
+// Packs the weights as the key stores them (gemm: op(B), n x k rows when trans_b,
+// else k x n, leading dimension `ld`) into `dst`: PackedWeightsBytes bytes, 64-byte
+// aligned, owned by the caller and kept alive and unchanged while calls read it.
+using PackWeightsFn = Status (*)(const KernelVariant& self, const OpKey& key, const ParamValues& params,
+                                 const void* weights, int64_t ld, void* dst);
+
 // One compiled implementation with declared tunable parameters (STYLE H1-H3). The
 // same record shape serves every op family and device.
 struct KernelVariant {
@@ -145,6 +158,10 @@ struct KernelVariant {
   KernelConfig config;   // the op family's fixed parameters (config.gemm for kGemm)
   CandidateFn candidates = nullptr;     // optional per-key proposals
   WorkspaceFn workspace_bytes = nullptr;  // optional scratch size; nullptr: none
+  // Optional: packed constant weights (both set or both null). A variant without
+  // them runs a constant-weights plan from a dense copy of the weights.
+  PackedWeightsBytesFn packed_weights_bytes = nullptr;
+  PackWeightsFn pack_weights = nullptr;
 
   int ParamIndex(std::string_view param_name) const;  // -1 when absent
 };
