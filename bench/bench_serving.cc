@@ -7,6 +7,15 @@
 // FMAs) give the machine's two bounds in the same run.
 //
 //   build/bench/bench_serving [--bundle=a.cgb,b.cgb] [--benchmark_filter=...]
+//       [--benchmark_repetitions=5 --benchmark_enable_random_interleaving=true]
+//
+// Rows: packed/ (the packed GEMM's default, m <= 16), default/ (the built-in default,
+// what a miss runs per call), default_packed/ (the same through a constant-weights
+// plan: B packed once), tuned/ and tuned_packed/ (the --bundle entries of the key
+// and of its weights=constant key, through plans), and the libraries.
+// With --bundle, the run ends with a verdict on stderr and exits 1 when a tuned row
+// is slower than its default row beyond the noise (max(2%, the mean half
+// interquartile range over the repetitions)).
 //
 // Operands rotate over copies covering 2x the last-level cache (weights are not
 // found in cache from the previous call, as in serving). Shapes (name layout m n k):
@@ -16,9 +25,11 @@
 // each in nn (weights k x n) and nt (weights n x k, as PyTorch stores them).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <span>
 #include <string_view>
 #include <memory>
@@ -82,17 +93,43 @@ void SetCounters(benchmark::State& st, const Shape& s) {
 std::vector<std::string> g_bundles;
 std::vector<std::unique_ptr<Runtime>> g_runtimes;  // kept alive for the plans
 
-Runtime* RuntimeFor(int threads) {
+// A runtime with the thread budget, with the --bundle files or with none (every
+// key then misses and runs the built-in default).
+Runtime* RuntimeFor(int threads, bool with_bundles = true) {
+  const size_t want = with_bundles ? g_bundles.size() : 0;
   for (auto& r : g_runtimes)
-    if (r->device().threads == threads) return r.get();
+    if (r->device().threads == threads && r->LoadReports().size() == want) return r.get();
   RuntimeOptions o;
   o.threads = threads;
   o.warn_on_miss = false;
   auto rt = Runtime::Create(o);
   if (!rt.ok()) return nullptr;
-  for (const auto& b : g_bundles) (void)(*rt)->LoadBundleFile(b);
+  if (with_bundles)
+    for (const auto& b : g_bundles) (void)(*rt)->LoadBundleFile(b);
   g_runtimes.push_back(std::move(*std::move(rt)));
   return g_runtimes.back().get();
+}
+
+// Serves a key through constant-weight plans, one per rotated copy of the operands
+// (each with its own packed weights, so weights are cold as between layers).
+void TimePackedPlans(benchmark::State& st, Runtime& rt, const Shape& s, const OpKey& key, const DeviceInfo& device) {
+  bench::RotatedOperands ops(s.m, s.n, s.k, CoverBytes(device));
+  std::vector<GemmPlan> plans;
+  const int64_t ldb = key.trans_b ? s.k : s.n;
+  for (auto& x : ops.sets) {
+    auto plan = rt.PlanGemm(key, x.b.data(), ldb);
+    if (!plan.ok()) return st.SkipWithError(plan.status().ToString().c_str());
+    plans.push_back(std::move(*plan));
+  }
+  st.SetLabel(fmt::format("{}{}", plans[0].hit() ? "" : "miss: ", plans[0].schedule().ToString()));
+  size_t i = 0;
+  for (auto _ : st) {
+    auto& x = ops.sets[i % ops.sets.size()];
+    Status ok = plans[i % plans.size()].Run(x.a.data(), s.k, x.c.data(), s.n);
+    if (!ok.ok()) return st.SkipWithError(ok.ToString().c_str());
+    ++i;
+  }
+  SetCounters(st, s);
 }
 
 // Times one schedule through RunGemm on rotated operands.
@@ -129,7 +166,20 @@ void RegisterShape(const Shape& s, bool nt, int threads) {
     TimeSchedule(st, s, key, device, *sched);
   })->UseRealTime();
 
+  benchmark::RegisterBenchmark(("default_packed/" + suffix).c_str(), [s, key, device, threads](benchmark::State& st) {
+    Runtime* rt = RuntimeFor(threads, false);
+    if (!rt) return st.SkipWithError("cannot create a runtime");
+    TimePackedPlans(st, *rt, s, key, device);
+  })->UseRealTime();
+
   if (Runtime* rt = g_bundles.empty() ? nullptr : RuntimeFor(threads)) {
+    OpKey packed_key = key;
+    packed_key.constant_weights = true;
+    auto packed_res = rt->Resolve(packed_key);
+    if (packed_res.ok() && packed_res->hit)
+      benchmark::RegisterBenchmark(("tuned_packed/" + suffix).c_str(), [rt, s, key, device](benchmark::State& st) {
+        TimePackedPlans(st, *rt, s, key, device);
+      })->UseRealTime();
     auto res = rt->Resolve(key);
     if (res.ok() && res->hit)
       benchmark::RegisterBenchmark(("tuned/" + suffix).c_str(), [rt, s, key, device](benchmark::State& st) {
@@ -268,6 +318,64 @@ void BM_fma_peak(benchmark::State& st) {
       benchmark::Counter(double(kSteps) * 10 * 16 * threads * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Collects every run's real time per benchmark (one per repetition) for the
+// verdict, and passes everything on to the chosen display reporter.
+class VerdictReporter final : public benchmark::BenchmarkReporter {
+ public:
+  explicit VerdictReporter(std::unique_ptr<benchmark::BenchmarkReporter> inner) : inner_(std::move(inner)) {}
+  bool ReportContext(const Context& c) override { return inner_->ReportContext(c); }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs)
+      if (r.run_type == Run::RT_Iteration && !r.error_occurred)
+        times_[r.run_name.function_name + (r.run_name.args.empty() ? "" : "/" + r.run_name.args)].push_back(
+            r.GetAdjustedRealTime());
+    inner_->ReportRuns(runs);
+  }
+  void Finalize() override { inner_->Finalize(); }
+
+  // Every tuned row against its default row (tuned/ vs default/, tuned_packed/ vs
+  // default_packed/): median and half interquartile range over the repetitions.
+  // Returns the number of rows slower than their default beyond the noise:
+  // max(2% of the default, the mean of the two spreads), the tuner's own rule.
+  int Verdict() const {
+    int slower = 0, compared = 0;
+    for (const auto& [name, tuned] : times_) {
+      for (const std::string_view prefix : {"tuned/", "tuned_packed/"}) {
+        if (!name.starts_with(prefix)) continue;
+        const std::string rest = name.substr(prefix.size());
+        const std::string def_name = (prefix == "tuned/" ? "default/" : "default_packed/") + rest;
+        auto it = times_.find(def_name);
+        if (it == times_.end()) continue;
+        const auto [tm, ts] = MedianSpread(tuned);
+        const auto [dm, ds] = MedianSpread(it->second);
+        const double noise = std::max(0.02 * dm, 0.5 * (ts + ds));
+        ++compared;
+        if (tm - dm > noise) {
+          ++slower;
+          std::fprintf(stderr, "SLOWER THAN DEFAULT: %s %.4g (+-%.2g) vs %s %.4g (+-%.2g), noise %.2g, %zu reps\n",
+                       name.c_str(), tm, ts, def_name.c_str(), dm, ds, noise, tuned.size());
+        }
+      }
+    }
+    std::fprintf(stderr, "verdict: %d tuned rows compared with their default, %d slower beyond noise\n", compared,
+                 slower);
+    return slower;
+  }
+
+ private:
+  static std::pair<double, double> MedianSpread(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    auto q = [&](double f) {
+      const double pos = f * double(v.size() - 1);
+      const size_t lo = size_t(pos), hi = std::min(lo + 1, v.size() - 1);
+      return v[lo] + (pos - double(lo)) * (v[hi] - v[lo]);
+    };
+    return {q(0.5), 0.5 * (q(0.75) - q(0.25))};
+  }
+  std::unique_ptr<benchmark::BenchmarkReporter> inner_;
+  std::map<std::string, std::vector<double>> times_;
+};
+
 void RegisterAll() {
   if (HostCpuDevice().isa & kIsaAvx2) {
     benchmark::RegisterBenchmark("BM_read_bandwidth", BM_read_bandwidth)->Arg(1)->Arg(2)->UseRealTime();
@@ -285,7 +393,9 @@ int main(int argc, char** argv) {
   cliffguard::bench::ReexecWithoutOpenblasOverrides(argv);
   cliffguard::SetLogLevel(cliffguard::LogLevel::kError);
   std::vector<char*> rest;
+  bool json = false;
   for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--benchmark_format=json") == 0) json = true;
     if (std::strncmp(argv[i], "--bundle=", 9) == 0) {
       std::string list = argv[i] + 9;
       for (size_t pos = 0; pos <= list.size();) {
@@ -306,7 +416,14 @@ int main(int argc, char** argv) {
   const cliffguard::DeviceInfo host = cliffguard::HostCpuDevice();
   benchmark::AddCustomContext("cliffguard_device", host.fingerprint + " " + host.name);
   cliffguard::RegisterAll();
-  benchmark::RunSpecifiedBenchmarks();
+  std::unique_ptr<benchmark::BenchmarkReporter> display;
+  if (json)
+    display = std::make_unique<benchmark::JSONReporter>();
+  else
+    display = std::make_unique<benchmark::ConsoleReporter>();
+  cliffguard::VerdictReporter reporter(std::move(display));
+  benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
-  return 0;
+  // With bundles: fail loudly when a shipped entry serves slower than its default.
+  return !cliffguard::g_bundles.empty() && reporter.Verdict() > 0 ? 1 : 0;
 }

@@ -67,6 +67,7 @@ StatusOr<OpKey> ReadKey(const fb::OpKey* k) {
   key.dtype = static_cast<DType>(dt);
   key.trans_a = k->trans_a();
   key.trans_b = k->trans_b();
+  key.constant_weights = k->constant_weights();
   const int nshape = InfoOf(key.op).shape_dims, nattrs = InfoOf(key.op).dims - nshape;
   const size_t got_shape = k->shape() ? k->shape()->size() : 0, got_attrs = k->attrs() ? k->attrs()->size() : 0;
   if (got_shape != size_t(nshape) || got_attrs != size_t(nattrs))
@@ -83,7 +84,7 @@ flatbuffers::Offset<fb::OpKey> WriteKey(flatbuffers::FlatBufferBuilder& fbb, con
   std::vector<int64_t> shape(key.dims.begin(), key.dims.begin() + nshape);
   std::vector<int64_t> attrs(key.dims.begin() + nshape, key.dims.begin() + nshape + nattrs);
   return fb::CreateOpKeyDirect(fbb, static_cast<fb::OpKind>(key.op), static_cast<fb::DType>(key.dtype), key.trans_a,
-                               key.trans_b, &shape, &attrs);
+                               key.trans_b, &shape, &attrs, key.constant_weights);
 }
 
 // Resolves a stored schedule by name (Schedule::SetParam's checks); cached variant
@@ -142,7 +143,7 @@ std::vector<uint8_t> SerializeBundle(const BundleSpec& spec) {
     auto key = WriteKey(fbb, e.key);
     auto sched = WriteSchedule(fbb, e.schedule);
     entries.push_back(fb::CreateEntry(fbb, key, sched, e.tuned_us, e.default_us, e.trials, e.tuned_at,
-                                      fbb.CreateSharedString(e.provenance)));
+                                      fbb.CreateSharedString(e.provenance), e.tuned_spread_us, e.default_spread_us));
   }
   std::vector<flatbuffers::Offset<fb::OpDefault>> defaults;
   for (const BundleOpDefault& d : spec.defaults)
@@ -239,6 +240,8 @@ StatusOr<BundleSpec> ParseBundle(std::span<const uint8_t> bytes, std::string_vie
       out.schedule = ReadSchedule(e->schedule());
       out.tuned_us = e->tuned_us();
       out.default_us = e->default_us();
+      out.tuned_spread_us = e->tuned_spread_us();
+      out.default_spread_us = e->default_spread_us();
       out.trials = e->trials();
       out.tuned_at = e->tuned_at();
       out.provenance = Str(e->provenance());

@@ -83,13 +83,18 @@ std::string BundleToJson(const BundleSpec& spec, int indent) {
                              {"fingerprint", spec.device.fingerprint}};
   ordered_json entries = ordered_json::array();
   for (const BundleEntry& e : spec.entries) {
-    entries.push_back(ordered_json{{"key", e.key.ToString()},
-                                   {"schedule", detail::ScheduleToJson(e.schedule)},
-                                   {"tuned_us", e.tuned_us},
-                                   {"default_us", e.default_us},
-                                   {"trials", e.trials},
-                                   {"tuned_at", e.tuned_at},
-                                   {"provenance", e.provenance}});
+    ordered_json entry{{"key", e.key.ToString()},
+                       {"schedule", detail::ScheduleToJson(e.schedule)},
+                       {"tuned_us", e.tuned_us},
+                       {"default_us", e.default_us}};
+    if (e.tuned_spread_us > 0 || e.default_spread_us > 0) {
+      entry["tuned_spread_us"] = e.tuned_spread_us;
+      entry["default_spread_us"] = e.default_spread_us;
+    }
+    entry["trials"] = e.trials;
+    entry["tuned_at"] = e.tuned_at;
+    entry["provenance"] = e.provenance;
+    entries.push_back(std::move(entry));
   }
   j["entries"] = entries;
   ordered_json defaults = ordered_json::array();
@@ -157,6 +162,8 @@ StatusOr<BundleSpec> BundleFromJson(std::string_view text) {
       out.schedule = er.Schedule(e, "schedule");
       out.tuned_us = er.Number(e, "tuned_us");
       out.default_us = er.Number(e, "default_us", false);
+      out.tuned_spread_us = er.Number(e, "tuned_spread_us", false);
+      out.default_spread_us = er.Number(e, "default_spread_us", false);
       out.trials = static_cast<uint32_t>(er.Int(e, "trials", false, 0, UINT32_MAX));
       out.tuned_at = er.UInt(e, "tuned_at", false);
       out.provenance = er.String(e, "provenance", false);

@@ -165,6 +165,7 @@ std::string OpKey::ToString() const {
   }
   const auto& names = DimNames(op);
   for (int i = 0; i < info.dims; ++i) s += fmt::format(" {}={}", names[size_t(i)], dims[i]);
+  if (constant_weights) s += " weights=constant";
   return s;
 }
 
@@ -193,8 +194,16 @@ StatusOr<OpKey> OpKey::Parse(std::string_view text) {
   } else if (layout != info.layout) {
     return bad(fmt::format("{} layout '{}' must be {}", info.name, layout, info.layout));
   }
-  if (static_cast<int>(words.size()) != 3 + nd)
-    return bad(fmt::format("expected {} dimensions, got {}", nd, words.size() - 3));
+  size_t nwords = words.size();
+  if (nwords == size_t(4 + nd) && words.back().starts_with("weights=")) {
+    if (words.back() != "weights=constant")
+      return bad(fmt::format("'{}': the only weights attribute is weights=constant", words.back()));
+    key.constant_weights = true;
+    --nwords;
+  }
+  if (nwords != size_t(3 + nd))
+    return bad(fmt::format("expected {} dimensions, then optionally weights=constant; got {} words after the layout", nd,
+                           words.size() - 3));
   for (int i = 0; i < nd; ++i) {
     const std::string_view w = words[3 + i];
     const size_t eq = w.find('=');

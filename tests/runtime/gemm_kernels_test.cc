@@ -140,6 +140,23 @@ void RandomSchedules(const KernelVariant& v) {
   }
 }
 
+// B packed ahead (pack_weights) under drawn schedules: every depth block size
+// against k (kc below, equal to and above k, with remainders), every par and
+// thread count, both layouts of B, padded leading dimensions, alpha and beta.
+void PackedWeights(const KernelVariant& v) {
+  std::mt19937 rng(7001u + v.config.gemm.mr * 31 + v.config.gemm.nr);
+  const std::vector<std::array<int64_t, 3>> shapes = {
+      {1, 1, 1}, {5, 67, 131}, {1, 100, 300}, {130, 33, 17}, {29, 257, 64}, {64, 96, 385}};
+  for (int i = 0; i < 48; ++i) {
+    const auto& sh = shapes[i % shapes.size()];
+    GemmTester t;
+    t.shape(sh[0], sh[1], sh[2]).trans_a(rng() & 1).trans_b(rng() & 1).packed_weights(true).seed(i);
+    t.beta(i % 3 == 0 ? 0.0f : 0.5f).nan_c(i % 3 == 0).alpha(i % 5 == 0 ? -1.5f : 1.0f);
+    if (i % 4 == 1) t.lda_pad(3).ldb_pad(5).ldc_pad(2);
+    if (!t.Test(RandomSchedule(v, t.Key(), rng))) return;
+  }
+}
+
 struct ShapeLine {
   int64_t m, n, k;
   bool ta, tb;
@@ -226,6 +243,10 @@ void ConcurrentCallers(const KernelVariant& v) {
   TEST(name, ConcurrentCallers) {           \
     CG_REQUIRE_VARIANT(v, #name);           \
     ConcurrentCallers(*v);                  \
+  }                                         \
+  TEST(name, PackedWeights) {               \
+    CG_REQUIRE_VARIANT(v, #name);           \
+    PackedWeights(*v);                      \
   }
 #include "kernels/cpu/gemm_f32.inc"
 

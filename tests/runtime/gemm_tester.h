@@ -9,6 +9,7 @@
 // + |beta * c0|).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -38,11 +39,16 @@ class GemmTester {
   GemmTester& beta(float v) { beta_ = v; return *this; }
   GemmTester& nan_c(bool v) { nan_c_ = v; return *this; }  // fill C with NaN (use with beta = 0)
   GemmTester& seed(uint32_t v) { seed_ = v; return *this; }
+  // Pack B ahead with the schedule's pack_weights (the variant must have it) and run
+  // from GemmArgs::packed_b; B itself is then overwritten with NaN, so a kernel
+  // that still reads it fails.
+  GemmTester& packed_weights(bool v) { packed_ = v; return *this; }
 
   OpKey Key() const { return OpKey::Gemm(m_, n_, k_, ta_, tb_); }
   std::string Describe() const {
-    return fmt::format("m={} n={} k={} t{}{} pads={},{},{} alpha={} beta={}{}", m_, n_, k_, ta_ ? 't' : 'n',
-                       tb_ ? 't' : 'n', lda_pad_, ldb_pad_, ldc_pad_, alpha_, beta_, nan_c_ ? " nan_c" : "");
+    return fmt::format("m={} n={} k={} t{}{} pads={},{},{} alpha={} beta={}{}{}", m_, n_, k_, ta_ ? 't' : 'n',
+                       tb_ ? 't' : 'n', lda_pad_, ldb_pad_, ldc_pad_, alpha_, beta_, nan_c_ ? " nan_c" : "",
+                       packed_ ? " packed_weights" : "");
   }
 
   // Runs the schedule and compares; returns false (after adding a gtest failure
@@ -80,7 +86,27 @@ class GemmTester {
     args.ldc = ldc;
     const Status valid = ValidateGemmArgs(args);
     EXPECT_TRUE(valid.ok()) << valid.ToString();
+    std::vector<float> packed;
+    const std::vector<float> b_kept = packed_ ? b : std::vector<float>();
+    if (packed_) {
+      if (!s.variant->pack_weights) {
+        ADD_FAILURE() << s.variant->name << " has no pack_weights";
+        return false;
+      }
+      const OpKey key = Key();
+      packed.resize(s.variant->packed_weights_bytes(*s.variant, key, s.params) / sizeof(float) + 16);
+      float* dst = packed.data();
+      while (reinterpret_cast<uintptr_t>(dst) % 64) ++dst;
+      const Status pk = s.variant->pack_weights(*s.variant, key, s.params, b.data(), ldb, dst);
+      if (!pk.ok()) {
+        ADD_FAILURE() << s.ToString() << " packing " << Describe() << ": " << pk.ToString();
+        return false;
+      }
+      std::fill(b.begin(), b.end(), kNaN);
+      args.packed_b = dst;
+    }
     const Status st = RunGemm(s, args);
+    if (packed_) b = b_kept;
     if (!st.ok()) {
       ADD_FAILURE() << s.ToString() << " on " << Describe() << ": " << st.ToString();
       return false;
@@ -128,6 +154,7 @@ class GemmTester {
   int64_t lda_pad_ = 0, ldb_pad_ = 0, ldc_pad_ = 0;
   float alpha_ = 1.0f, beta_ = 0.0f;
   bool nan_c_ = false;
+  bool packed_ = false;
   uint32_t seed_ = 1;
 };
 

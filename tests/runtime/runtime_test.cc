@@ -210,6 +210,93 @@ TEST(Runtime, PlansCountAndComputeLikePerCallDispatch) {
   EXPECT_EQ(moved.Run(a.a.data(), 1, a.b.data(), a.args.ldb, a.c.data(), a.args.ldc).code(), StatusCode::kInvalidArgument);
 }
 
+OpKey WithConstantWeights(OpKey k) {
+  k.constant_weights = true;
+  return k;
+}
+
+// B of a problem in a separate buffer with a padded leading dimension, as a model
+// would hold its weights.
+std::vector<float> PaddedWeights(const Problem& p, int64_t pad, int64_t& ldb) {
+  const int64_t rows = p.key.trans_b ? p.key.n() : p.key.k(), cols = p.key.trans_b ? p.key.k() : p.key.n();
+  ldb = cols + pad;
+  std::vector<float> w(size_t(rows * ldb), std::nanf(""));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) w[size_t(i * ldb + j)] = p.b[size_t(i * cols + j)];
+  return w;
+}
+
+TEST(Runtime, ConstantWeightPlansHoldTheirWeightsAndCountLikeOtherPlans) {
+  auto rt = Runtime::Create(Quiet());
+  ASSERT_TRUE(rt.ok());
+  Runtime& r = **rt;
+  // Tuned with constant weights: a packed-panel schedule, and a small-m one that
+  // reads B as stored (the plan keeps a dense copy). Tuned per call only: served
+  // by that entry. Not tuned: a miss, recorded under the constant-weights key.
+  const OpKey packed = WithConstantWeights(OpKey::Gemm(33, 70, 129));
+  const OpKey small_m = WithConstantWeights(OpKey::Gemm(5, 257, 64, false, true));
+  const OpKey per_call = OpKey::Gemm(20, 40, 300, true, true);
+  const OpKey missed = OpKey::Gemm(9, 31, 77, false, true);
+  ASSERT_TRUE(r.LoadBundleBuffer(SerializeBundle(HostBundle(r.device(), {packed, small_m, per_call})), "cw").ok());
+  struct Case {
+    OpKey key;
+    bool hit;
+    OpKey counted;
+  };
+  const Case cases[] = {{packed, true, packed},
+                        {small_m, true, small_m},
+                        {WithConstantWeights(per_call), true, per_call},
+                        {WithConstantWeights(missed), false, WithConstantWeights(missed)}};
+  for (const Case& c : cases) {
+    OpKey plain = c.key;
+    plain.constant_weights = false;
+    Problem p(plain, 3);
+    int64_t ldb = 0;
+    std::vector<float> w = PaddedWeights(p, 3, ldb);
+    auto plan = r.PlanGemm(plain, w.data(), ldb);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    w.assign(w.size(), std::nanf(""));  // the plan owns its copy
+    EXPECT_EQ(plan->hit(), c.hit) << c.key.ToString();
+    EXPECT_EQ(plan->key(), c.key);
+    EXPECT_TRUE(plan->has_weights());
+    EXPECT_GE(plan->weights_bytes(), size_t(plain.n() * plain.k()) * sizeof(float));
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(plan->Run(p.a.data(), p.args.lda, p.c.data(), p.args.ldc).ok());
+    EXPECT_LT(p.MaxError(), 1e-4) << c.key.ToString() << " " << plan->schedule().ToString();
+    EXPECT_EQ(plan->Run(p.a.data(), p.args.lda, p.b.data(), p.args.ldb, p.c.data(), p.args.ldc).code(),
+              StatusCode::kInvalidState);
+    EXPECT_EQ(plan->Run(p.a.data(), p.args.lda, nullptr, p.args.ldc).code(), StatusCode::kInvalidArgument);
+  }
+  for (const Case& c : cases) {
+    uint64_t hits = 0, misses = 0;
+    for (const auto& s : r.Stats())
+      if (s.key == c.counted) hits += s.hits, misses += s.misses;
+    EXPECT_EQ(c.hit ? hits : misses, 3u) << c.counted.ToString();
+  }
+  const MissReport report = r.GetMissReport();
+  ASSERT_EQ(report.records.size(), 1u);
+  EXPECT_EQ(report.records[0].key, WithConstantWeights(missed));
+
+  // A per-call GEMM never uses an entry tuned for constant weights.
+  OpKey plain_packed = packed;
+  plain_packed.constant_weights = false;
+  Problem p(plain_packed);
+  ASSERT_TRUE(r.Gemm(p.args).ok());
+  auto res = r.Resolve(plain_packed);
+  ASSERT_TRUE(res.ok());
+  EXPECT_FALSE(res->hit);
+
+  // Plans without weights need B; constant-weight keys need their weights.
+  auto no_w = r.PlanGemm(plain_packed);
+  ASSERT_TRUE(no_w.ok());
+  EXPECT_FALSE(no_w->has_weights());
+  EXPECT_EQ(no_w->Run(p.a.data(), p.args.lda, p.c.data(), p.args.ldc).code(), StatusCode::kInvalidState);
+  EXPECT_EQ(r.PlanGemm(packed).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.PlanGemm(plain_packed, nullptr, 70).status().code(), StatusCode::kInvalidArgument);
+  auto bad_ld = r.PlanGemm(plain_packed, p.b.data(), 69);
+  EXPECT_EQ(bad_ld.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_ld.status().message().find("ldb=69"), std::string::npos) << bad_ld.status().ToString();
+}
+
 TEST(Runtime, ConcurrentDispatchCountsExactlyWhileReloading) {
   auto rt = Runtime::Create(Quiet());
   ASSERT_TRUE(rt.ok());

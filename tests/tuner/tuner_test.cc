@@ -139,9 +139,17 @@ class FakeMeasurer final : public Measurer {
   }
   StatusOr<std::vector<MeasureResult>> MeasureInterleaved(const OpKey& key, std::span<const Schedule> schedules) override {
     ++interleaved_calls;
-    return Times(key, schedules, remeasure_add);
+    auto out = Times(key, schedules, remeasure_add);
+    const Schedule def = *DefaultSchedule(key, device_);
+    for (auto& r : out) {
+      r.spread_us = spread_us;
+      if (interleaved_others_us > 0 && !(r.schedule == def)) r.median_us = interleaved_others_us;
+    }
+    return out;
   }
   double default_us = 100, remeasure_add = 7;
+  double interleaved_others_us = 0;  // > 0: every non-default schedule's interleaved time
+  double spread_us = 0;              // of every interleaved result
   int interleaved_calls = 0;
 
  private:
@@ -180,6 +188,7 @@ TEST(TunerTest, TheDefaultIsReMeasuredWithEveryTieGroup) {
   TunerOptions o = Fast({OpKey::Gemm(48, 64, 32)}, "random", 8, log);
   o.tie_tolerance = 0.5;  // every trial (60-79 us) ties; the default (100 us) does not
   o.tie_max = 2;          // and the group is full before the default's rank is reached
+  o.confirm = false;
   FakeMeasurer fake(HostCpuDevice());
   TuneResult res;
   NamedSchedule def;
@@ -203,6 +212,53 @@ TEST(TunerTest, TheDefaultIsReMeasuredWithEveryTieGroup) {
     if (r.ok) fastest = std::min(fastest, r.median_us);
   EXPECT_DOUBLE_EQ(s.tuned_us, fastest);
   std::remove(log.c_str());
+}
+
+// The confirmation: the winner and the default measured together once more; the
+// winner ships only when faster beyond the noise, and the entry records that
+// measurement's medians and spreads.
+TEST(TunerTest, TheConfirmationShipsTheDefaultUnlessTheWinnerIsFasterBeyondNoise) {
+  const OpKey key = OpKey::Gemm(48, 64, 32);
+  const Schedule def = *DefaultSchedule(key, HostCpuDevice());
+  struct Case {
+    double others_us, spread_us;
+    bool default_ships;
+  };
+  // Default re-measured at 107 us. 104 us with spreads of 3 us: within the noise
+  // (3 us > 2% of 107). 104 us with no spread: 3 us > 2.14 us, the winner ships.
+  // 90 us with spreads of 3 us: clearly faster. 110 us: slower.
+  for (const Case& c : {Case{104, 3, true}, Case{104, 0, false}, Case{90, 3, false}, Case{110, 0, true}}) {
+    const std::string log = TempPath("confirm.jsonl");
+    TunerOptions o = Fast({key}, "random", 6, log);
+    o.tie_tolerance = 0;  // a lone leader: no tie group, only the confirmation is interleaved
+    FakeMeasurer fake(HostCpuDevice());
+    fake.interleaved_others_us = c.others_us;
+    fake.spread_us = c.spread_us;
+    TuneResult res;
+    int confirms = 0;
+    for (const auto& r : TuneWithFakeTimes(o, fake, &res)) confirms += r.kind == RecordKind::kConfirm;
+    const std::string what = fmt::format("others {} us, spread {} us", c.others_us, c.spread_us);
+    EXPECT_EQ(confirms, 2) << what;
+    EXPECT_EQ(fake.interleaved_calls, 1) << what;
+    ASSERT_EQ(res.summaries.size(), 1u);
+    const KeySummary& s = res.summaries[0];
+    EXPECT_TRUE(s.confirmed) << what;
+    EXPECT_EQ(s.default_shipped, c.default_ships) << what;
+    ASSERT_EQ(res.bundle.entries.size(), 1u);
+    const BundleEntry& e = res.bundle.entries[0];
+    EXPECT_DOUBLE_EQ(e.default_us, fake.default_us + fake.remeasure_add) << what;
+    EXPECT_DOUBLE_EQ(e.default_spread_us, c.spread_us) << what;
+    EXPECT_DOUBLE_EQ(e.tuned_spread_us, c.spread_us) << what;
+    if (c.default_ships) {
+      EXPECT_EQ(e.schedule, ToNamed(def)) << what;
+      EXPECT_DOUBLE_EQ(e.tuned_us, e.default_us) << what;
+      EXPECT_NE(s.note.find("default shipped"), std::string::npos) << s.note;
+    } else {
+      EXPECT_NE(e.schedule, ToNamed(def)) << what;
+      EXPECT_DOUBLE_EQ(e.tuned_us, c.others_us) << what;
+    }
+    std::remove(log.c_str());
+  }
 }
 
 // A variant that proposes candidates per key (as a library's heuristic does): its

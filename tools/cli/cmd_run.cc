@@ -21,6 +21,7 @@ void AddRunCommand(CLI::App& app) {
     int threads = 0;
     std::string miss_report;
     bool plan = false;
+    bool packed = false;
   };
   auto opts = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("run", "Serve calls through the runtime and report hits, misses and speed");
@@ -31,6 +32,9 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_option("--threads", opts->threads, "Thread budget (0: CLIFFGUARD_THREADS or all)")->check(CLI::Range(0, 1024));
   cmd->add_option("--miss-report", opts->miss_report, "Write the miss report JSON here");
   cmd->add_flag("--plan", opts->plan, "Dispatch through GemmPlan (create once, run many) instead of per call");
+  cmd->add_flag("--packed", opts->packed,
+                "Serve through constant-weight plans: B packed once at plan creation, calls pass A and C "
+                "(keys written with weights=constant are always served so)");
   cmd->callback([opts] {
     std::vector<OpKey> keys;
     for (const auto& s : opts->shapes) {
@@ -56,27 +60,41 @@ void AddRunCommand(CLI::App& app) {
     }
     fmt::print("\n");
     Table t({"key", "dispatch", "time/call", "GFLOP/s", "schedule"});
+    size_t weights_bytes = 0, packed_plans = 0;
     std::mt19937 rng(42);
     std::uniform_real_distribution<float> dist(-1.f, 1.f);
-    for (const OpKey& key : keys) {
+    for (OpKey key : keys) {
+      const bool packed = opts->packed || key.constant_weights;
+      key.constant_weights = packed;
+      OpKey per_call = key;
+      per_call.constant_weights = false;
       const int64_t m = key.m(), n = key.n(), k = key.k();
       std::vector<float> A(size_t(m * k)), B(size_t(k * n)), C(size_t(m * n));
       for (auto& x : A) x = dist(rng);
       for (auto& x : B) x = dist(rng);
-      const GemmArgs a = DenseGemmArgs(key, A.data(), B.data(), C.data());
-      auto res = r.Resolve(key);
-      ExitIfError(res.status(), "run");
+      const GemmArgs a = DenseGemmArgs(per_call, A.data(), B.data(), C.data());
       GemmPlan plan;
-      if (opts->plan) {
-        auto p = r.PlanGemm(key);
+      if (opts->plan || packed) {
+        auto p = packed ? r.PlanGemm(per_call, B.data(), a.ldb) : r.PlanGemm(per_call);
         ExitIfError(p.status(), "run");
         plan = std::move(p).value();
+        weights_bytes += plan.weights_bytes();
+        packed_plans += packed;
+      }
+      // What the calls below use: the plan's resolution, else the per-call one.
+      auto res = r.Resolve(packed ? plan.key() : per_call);
+      ExitIfError(res.status(), "run");
+      if (packed) {
+        res->hit = plan.hit();
+        res->schedule = plan.schedule();
       }
       std::vector<double> us;
       us.reserve(size_t(opts->iters));
       for (int i = 0; i < opts->iters; ++i) {
         const auto t0 = std::chrono::steady_clock::now();
-        Status st = opts->plan ? plan.Run(A.data(), a.lda, B.data(), a.ldb, C.data(), a.ldc) : r.Gemm(a);
+        Status st = packed      ? plan.Run(A.data(), a.lda, C.data(), a.ldc)
+                    : opts->plan ? plan.Run(A.data(), a.lda, B.data(), a.ldb, C.data(), a.ldc)
+                                 : r.Gemm(a);
         const auto t1 = std::chrono::steady_clock::now();
         ExitIfError(st, "run");
         us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
@@ -88,6 +106,9 @@ void AddRunCommand(CLI::App& app) {
              res->schedule.ToString()});
     }
     fmt::print("{}\n", t.Render());
+    if (packed_plans)
+      fmt::print("constant-weight plans {}: weights packed into {:.1f} MiB\n", packed_plans,
+                 double(weights_bytes) / (1 << 20));
     uint64_t hits = 0, misses = 0;
     for (const auto& s : r.Stats()) {
       hits += s.hits;

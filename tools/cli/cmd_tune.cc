@@ -43,6 +43,8 @@ void AddTuneCommand(CLI::App& app) {
     int top = 5;
     tuner::TunerOptions t;
     bool no_bundle_default = false;
+    bool constant_weights = false;
+    bool no_confirm = false;
     std::string sandbox = "auto";
   };
   auto o = std::make_shared<Opts>();
@@ -82,6 +84,15 @@ void AddTuneCommand(CLI::App& app) {
   cmd->add_option("--tie-tolerance", o->t.tie_tolerance, "Near-tie band re-measured together (relative)")
       ->capture_default_str();
   cmd->add_flag("--no-bundle-default", o->no_bundle_default, "Do not compute the per-op bundle default");
+  cmd->add_flag("--no-confirm", o->no_confirm,
+                "Skip the confirmation (the winner measured against the default, interleaved; the default ships "
+                "unless the winner is faster beyond the noise)");
+  cmd->add_option("--confirm-min-gain", o->t.confirm_min_gain,
+                  "Confirmation: the least relative gain over the default that ships the winner")
+      ->capture_default_str();
+  cmd->add_flag("--constant-weights", o->constant_weights,
+                "Tune the --shape and --workload keys for constant-weight plans (weights=constant: B packed once, "
+                "outside the timed calls, as PlanGemm with weights and `run --packed` serve them)");
 
   cmd->callback([o] {
     const std::string c = "tune";
@@ -97,6 +108,8 @@ void AddTuneCommand(CLI::App& app) {
       ExitIfError(w.status(), c);
       keys.insert(keys.end(), w->begin(), w->end());
     }
+    if (o->constant_weights)
+      for (auto& k : keys) k.constant_weights = true;
     if (!o->from_report.empty()) {
       if (o->top < 1) Fail(c, fmt::format("--top {} must be >= 1", o->top));
       auto bytes = ReadFileBytes(o->from_report, int64_t{1} << 28);
@@ -158,6 +171,7 @@ void AddTuneCommand(CLI::App& app) {
     t.keys = keys;
     t.log_path = o->log;
     t.bundle_default = !o->no_bundle_default;
+    t.confirm = !o->no_confirm;
     t.provenance_extra = fmt::format("tool=cliffguard-tune-{}", CliffguardVersion());
     const bool tty = ::isatty(STDERR_FILENO);
     bool line_open = false;

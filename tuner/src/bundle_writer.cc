@@ -52,6 +52,8 @@ BundleSpec MakeBundleSpec(const DeviceInfo& device, std::span<const KeyOutcome> 
     e.schedule = ToNamed(o.best);
     e.tuned_us = o.tuned_us;
     e.default_us = o.default_us;
+    e.tuned_spread_us = o.tuned_spread_us;
+    e.default_spread_us = o.default_spread_us;
     e.trials = o.trials;
     e.tuned_at = o.tuned_at;
     e.provenance = o.provenance;

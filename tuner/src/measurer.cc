@@ -35,14 +35,41 @@ std::string OneLine(std::string s) {
   return s;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+// The q-quantile of sorted values (linear interpolation).
+double Quantile(const std::vector<double>& sorted, double q) {
+  const double pos = q * double(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(pos);
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (pos - double(lo)) * (sorted[hi] - sorted[lo]);
 }
 
-std::string ResultLine(size_t i, bool ok, double us, const std::string& error) {
-  return fmt::format("R {} {} {:.17g} {}\n", i, ok ? 1 : 0, us, OneLine(error));
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return Quantile(v, 0.5);
+}
+
+// "R i 1 median spread" or "R i 0 0 0 error". The median is over every timed call;
+// the spread is half the range of the medians of the groups (the interleaved
+// rounds; else four consecutive parts of the run): how far the median moves
+// within one measurement.
+std::string ResultLine(size_t i, const std::vector<std::vector<double>>& groups, const std::string& error) {
+  std::vector<double> all, medians;
+  for (const auto& g : groups) {
+    all.insert(all.end(), g.begin(), g.end());
+    if (!g.empty()) medians.push_back(Median(g));
+  }
+  if (!error.empty() || all.empty())
+    return fmt::format("R {} 0 0 0 {}\n", i, OneLine(error.empty() ? "no timed call" : error));
+  const auto [lo, hi] = std::minmax_element(medians.begin(), medians.end());
+  return fmt::format("R {} 1 {:.17g} {:.17g} \n", i, Median(std::move(all)), 0.5 * (*hi - *lo));
+}
+
+// Four consecutive parts of one run's times (one part when there are fewer calls).
+std::vector<std::vector<double>> Parts(const std::vector<double>& times) {
+  const size_t parts = times.size() >= 4 ? 4 : 1;
+  std::vector<std::vector<double>> out(parts);
+  for (size_t c = 0; c < times.size(); ++c) out[c * parts / times.size()].push_back(times[c]);
+  return out;
 }
 
 // Appends per-call times (us) until `budget_ms` of timed calls and `min_calls` calls.
@@ -80,12 +107,12 @@ void WorkerLoop(int fd, OpHarness& h, const MeasureOptions& opt, std::span<const
       if (err.empty()) err = warmup(s);
       std::vector<double> times;
       if (err.empty()) err = Time(h, s, opt, opt.min_time_ms, std::max(1, opt.min_repeats), times);
-      if (!WriteAll(fd, err.empty() ? ResultLine(i, true, Median(times), "") : ResultLine(i, false, 0, err))) fail();
+      if (!WriteAll(fd, ResultLine(i, Parts(times), err))) fail();
     }
     return;
   }
   std::vector<std::string> errs(pending.size());
-  std::vector<std::vector<double>> times(pending.size());
+  std::vector<std::vector<std::vector<double>>> times(pending.size());  // [candidate][round]
   for (size_t t = 0; t < pending.size(); ++t) {
     errs[t] = h.Check(schedules[pending[t]]);
     if (errs[t].empty()) errs[t] = warmup(schedules[pending[t]]);
@@ -94,11 +121,10 @@ void WorkerLoop(int fd, OpHarness& h, const MeasureOptions& opt, std::span<const
   const int per_round_calls = std::max(1, (std::max(1, opt.min_repeats) + rounds - 1) / rounds);
   for (int r = 0; r < rounds; ++r)
     for (size_t t = 0; t < pending.size(); ++t)
-      if (errs[t].empty()) errs[t] = Time(h, schedules[pending[t]], opt, opt.min_time_ms / 2, per_round_calls, times[t]);
+      if (errs[t].empty())
+        errs[t] = Time(h, schedules[pending[t]], opt, opt.min_time_ms / 2, per_round_calls, times[t].emplace_back());
   for (size_t t = 0; t < pending.size(); ++t)
-    if (!WriteAll(fd, errs[t].empty() ? ResultLine(pending[t], true, Median(times[t]), "")
-                                       : ResultLine(pending[t], false, 0, errs[t])))
-      fail();
+    if (!WriteAll(fd, ResultLine(pending[t], times[t], errs[t]))) fail();
 }
 
 // ---- the spawned worker's job ----
@@ -157,12 +183,13 @@ StatusOr<std::vector<MeasureResult>> SandboxMeasurer::Run(const OpKey& key, std:
   CG_RETURN_IF_ERROR(key.Validate());
   std::vector<MeasureResult> results(schedules.size());
   std::vector<bool> done(schedules.size(), false);
-  auto finish = [&](size_t i, bool ok, double us, std::string error) {
+  auto finish = [&](size_t i, bool ok, double us, std::string error, double spread = 0) {
     MeasureResult& r = results[i];
     r.key = key;
     r.schedule = schedules[i];
     r.ok = ok;
     r.median_us = ok ? us : 0;
+    r.spread_us = ok ? spread : 0;
     r.error = ok ? "" : std::move(error);
     done[i] = true;
     if (on_result) on_result(i, r);
@@ -210,8 +237,9 @@ StatusOr<std::vector<MeasureResult>> SandboxMeasurer::Run(const OpKey& key, std:
             const size_t i = std::strtoul(line.c_str() + 2, &end, 10);
             const bool ok = std::strtol(end, &end, 10) == 1;
             const double us = std::strtod(end, &end);
+            const double spread = std::strtod(end, &end);
             std::string err = *end == ' ' ? std::string(end + 1) : std::string(end);
-            if (i < schedules.size() && !done[i]) finish(i, ok, us, std::move(err));
+            if (i < schedules.size() && !done[i]) finish(i, ok, us, std::move(err), spread);
             in_flight = -1;
             return batch_s;
           }

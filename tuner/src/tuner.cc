@@ -84,6 +84,8 @@ Status ValidateOptions(const TunerOptions& o) {
     return InvalidArgument(fmt::format("tune: strategy '{}' is not one of: {}", o.strategy, fmt::join(names, ", ")));
   if (o.objective != "rank" && o.objective != "reg")
     return InvalidArgument(fmt::format("tune: objective '{}' is not one of: rank, reg", o.objective));
+  if (!(o.confirm_min_gain >= 0 && o.confirm_min_gain <= 0.5))
+    return InvalidArgument(fmt::format("tune: confirm min gain {} must be in [0, 0.5]", o.confirm_min_gain));
   if (o.tie_tolerance < 0 || o.tie_tolerance > 0.5)
     return InvalidArgument(fmt::format("tune: tie tolerance {} must be in [0, 0.5]", o.tie_tolerance));
   if (o.measure.min_time_ms <= 0 || o.measure.min_repeats < 1)
@@ -284,6 +286,7 @@ class TuneRun {
     for (const auto& r : ks.trials) sum.errors += !r.ok;
     KeyOutcome out;
     CG_RETURN_IF_ERROR(PickWinner(ki, ks, sum, out));
+    CG_RETURN_IF_ERROR(Confirm(ki, ks, sum, out));
     outcomes_.push_back(out);
     result_.summaries.push_back(sum);
     return Status::Ok();
@@ -463,6 +466,52 @@ class TuneRun {
     if (sum.default_us > 0) sum.speedup = sum.default_us / sum.tuned_us;
     return Status::Ok();
   }
+
+  // Step 4: the winner against the default, measured together as serving runs them;
+  // the default ships unless the winner is faster beyond the noise.
+  Status Confirm(size_t ki, KeyState& ks, KeySummary& sum, KeyOutcome& out) {
+    if (!o_.confirm || !out.has_best || !ks.def || !ks.def->ok || out.best == ks.def->schedule) return Status::Ok();
+    const OpKey& key = ks.key;
+    const Schedule def = ks.def->schedule;
+    Report(ki, key, sum.trials, out.tuned_us, "confirm");
+    const std::vector<Schedule> pair = {out.best, def};
+    CG_ASSIGN_OR_RETURN(auto re, measurer_->MeasureInterleaved(key, pair));
+    for (const auto& r : re) {
+      CG_RETURN_IF_ERROR(Log(RecordKind::kConfirm, r, -1));
+      ks.extra.push_back(r);
+      ks.Note(r);
+    }
+    auto add_note = [&](const std::string& n) { sum.note += (sum.note.empty() ? "" : "; ") + n; };
+    if (re.size() != 2 || !re[1].ok) {
+      add_note(fmt::format("not confirmed: the default failed ({})", re.size() == 2 ? re[1].error : "no result"));
+      return Status::Ok();
+    }
+    const MeasureResult &w = re[0], &d = re[1];
+    sum.confirmed = true;
+    out.default_us = sum.default_us = d.median_us;
+    out.default_spread_us = d.spread_us;
+    const double noise = std::max(o_.confirm_min_gain * d.median_us, 0.5 * (w.spread_us + d.spread_us));
+    if (w.ok && d.median_us - w.median_us > noise) {
+      out.tuned_us = w.median_us;
+      out.tuned_spread_us = w.spread_us;
+    } else {
+      add_note(w.ok ? fmt::format("confirm: {} us is not faster than the default's {} us beyond the noise ({} us): default "
+                                  "shipped",
+                                  Us(w.median_us), Us(d.median_us), Us(noise))
+                    : fmt::format("confirm: the winner failed ({}): default shipped", w.error));
+      out.best = def;
+      out.tuned_us = d.median_us;
+      out.tuned_spread_us = d.spread_us;
+      sum.default_shipped = true;
+    }
+    sum.best = out.best;
+    sum.tuned_us = out.tuned_us;
+    sum.gflops = Gflops(key, out.tuned_us);
+    sum.speedup = sum.default_us / sum.tuned_us;
+    return Status::Ok();
+  }
+
+  static std::string Us(double us) { return fmt::format("{:.3g}", us); }
 
   // ---- per-op, per-shape-class bundle defaults ----
   StatusOr<std::vector<BundleOpDefault>> ChooseBundleDefaults() {

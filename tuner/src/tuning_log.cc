@@ -28,6 +28,7 @@ const char* RecordKindName(RecordKind k) {
     case RecordKind::kDefault: return "default";
     case RecordKind::kRemeasure: return "remeasure";
     case RecordKind::kCross: return "cross";
+    case RecordKind::kConfirm: return "confirm";
   }
   return "?";
 }
@@ -37,7 +38,8 @@ StatusOr<RecordKind> ParseRecordKind(std::string_view s) {
   if (s == "default") return RecordKind::kDefault;
   if (s == "remeasure") return RecordKind::kRemeasure;
   if (s == "cross") return RecordKind::kCross;
-  return InvalidArgument(fmt::format("record kind '{}' is not one of: trial, default, remeasure, cross", s));
+  if (s == "confirm") return RecordKind::kConfirm;
+  return InvalidArgument(fmt::format("record kind '{}' is not one of: trial, default, remeasure, cross, confirm", s));
 }
 
 double UnixNow() {

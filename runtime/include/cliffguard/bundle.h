@@ -44,6 +44,10 @@ struct BundleEntry {
   uint32_t trials = 0;
   uint64_t tuned_at = 0;  // unix seconds
   std::string provenance;
+  // How far tuned_us and default_us moved within the tuner's confirmation
+  // measurement: half the range of their per-round medians; 0: not recorded.
+  double tuned_spread_us = 0;
+  double default_spread_us = 0;
 };
 
 // The schedule a runtime uses for a missed key of this op, dtype and shape class

@@ -1,5 +1,6 @@
 // Op keys: the canonical, hashable, printable identity of one operator call shape.
 //   gemm f32 nn m=128 n=3072 k=768
+//   gemm f32 nt m=1 n=4096 k=4096 weights=constant
 //   conv2d f32 nhwc n=1 h=56 w=56 ic=64 oc=64 kh=3 kw=3 sh=1 sw=1 ph=1 pw=1
 // Two calls with equal keys may use the same tuned schedule.
 #pragma once
@@ -79,6 +80,11 @@ struct OpKey {
   DType dtype = DType::kF32;
   bool trans_a = false;  // gemm: A is stored k x m (row-major), i.e. op(A) = A^T
   bool trans_b = false;  // gemm: B is stored n x k
+  // The op's weights (gemm: B; conv2d: the filter) are the same on every call and
+  // are packed once ahead of calls (Runtime::PlanGemm with weights). Schedules are
+  // tuned and shipped for such a key with the packing outside the timed region.
+  // Text form: a trailing "weights=constant".
+  bool constant_weights = false;
   std::array<int64_t, kMaxDims> dims{};
 
   static OpKey Gemm(int64_t m, int64_t n, int64_t k, bool trans_a = false, bool trans_b = false,
@@ -114,7 +120,8 @@ struct OpKey {
   friend bool operator==(const OpKey& a, const OpKey& b) {
     uint64_t diff = 0;  // branch-free: compiles to a few vector compares
     for (int i = 0; i < kMaxDims; ++i) diff |= static_cast<uint64_t>(a.dims[i] ^ b.dims[i]);
-    return diff == 0 && a.op == b.op && a.dtype == b.dtype && a.trans_a == b.trans_a && a.trans_b == b.trans_b;
+    return diff == 0 && a.op == b.op && a.dtype == b.dtype && a.trans_a == b.trans_a && a.trans_b == b.trans_b &&
+           a.constant_weights == b.constant_weights;
   }
   friend bool operator!=(const OpKey& a, const OpKey& b) { return !(a == b); }
 };
@@ -173,25 +180,26 @@ inline constexpr uint64_t kKeyMul[OpKey::kMaxDims + 1] = {
     0xff51afd7ed558ccdULL, 0xc4ceb9fe1a85ec53ULL, 0x94d049bb133111ebULL, 0xbf58476d1ce4e5b9ULL,
     0x2545f4914f6cdd1dULL, 0x9fb21c651e98df25ULL, 0xa0761d6478bd642fULL, 0xe7037ed1a0b428dbULL};
 // The four header bytes in field order (op lowest): the same word the dispatch table
-// compares, so the hot path builds it once.
-inline uint64_t KeyHeaderHash(OpKind op, DType dtype, bool trans_a, bool trans_b) {
+// compares, so the hot path builds it once; constant_weights above them.
+inline uint64_t KeyHeaderHash(OpKind op, DType dtype, bool trans_a, bool trans_b, bool constant_weights = false) {
   return (static_cast<uint64_t>(op) | (static_cast<uint64_t>(dtype) << 8) | (static_cast<uint64_t>(trans_a) << 16) |
-          (static_cast<uint64_t>(trans_b) << 24)) * kKeyMul[OpKey::kMaxDims];
+          (static_cast<uint64_t>(trans_b) << 24) | (static_cast<uint64_t>(constant_weights) << 32)) *
+         kKeyMul[OpKey::kMaxDims];
 }
 }  // namespace detail
 
-// OpKey::Gemm(m, n, k, trans_a, trans_b, dtype).Hash(), without building the key:
-// independent multiplies by distinct odd constants, summed.
+// OpKey::Gemm(m, n, k, trans_a, trans_b, dtype).Hash() (constant_weights as given),
+// without building the key: independent multiplies by distinct odd constants, summed.
 [[gnu::always_inline]] inline uint64_t GemmKeyHash(DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                                                   int64_t k) {
-  return detail::KeyHeaderHash(OpKind::kGemm, dtype, trans_a, trans_b) +
+                                                   int64_t k, bool constant_weights = false) {
+  return detail::KeyHeaderHash(OpKind::kGemm, dtype, trans_a, trans_b, constant_weights) +
          static_cast<uint64_t>(m) * detail::kKeyMul[0] + static_cast<uint64_t>(n) * detail::kKeyMul[1] +
          static_cast<uint64_t>(k) * detail::kKeyMul[2];
 }
 
 inline uint64_t OpKey::Hash() const {
-  if (op == OpKind::kGemm) return GemmKeyHash(dtype, trans_a, trans_b, dims[0], dims[1], dims[2]);
-  uint64_t h = detail::KeyHeaderHash(op, dtype, trans_a, trans_b);
+  if (op == OpKind::kGemm) return GemmKeyHash(dtype, trans_a, trans_b, dims[0], dims[1], dims[2], constant_weights);
+  uint64_t h = detail::KeyHeaderHash(op, dtype, trans_a, trans_b, constant_weights);
   for (int i = 0; i < kMaxDims; ++i) h += static_cast<uint64_t>(dims[i]) * detail::kKeyMul[i];
   return h;
 }

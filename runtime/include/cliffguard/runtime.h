@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <span>
 #include <string>
@@ -106,6 +107,14 @@ class Runtime {
   // Run() only takes pointers. The plan keeps the schedule resolved at creation;
   // create a new plan to pick up bundles loaded later.
   StatusOr<GemmPlan> PlanGemm(const OpKey& key);
+  // Creates a plan whose B (the weights, stored as the key says: k x n, or n x k
+  // when trans_b; leading dimension ldb) is the same on every call. B is packed here,
+  // once, into the layout the resolved schedule reads (or copied densely when its
+  // variant reads B as stored), and Run takes A and C only. The plan owns that
+  // copy (weights_bytes()): `weights` may be freed when this returns. Looks up the
+  // key with constant_weights set, then without it (either is a hit); a miss is
+  // recorded under the constant-weights key. f32, cpu devices.
+  StatusOr<GemmPlan> PlanGemm(const OpKey& key, const float* weights, int64_t ldb);
 
   // The schedule a call with this key would use now, and whether it is a hit.
   struct Resolution {
@@ -143,14 +152,25 @@ class GemmPlan {
   const OpKey& key() const { return key_; }
   const Schedule& schedule() const { return schedule_; }
 
+  // Whether the plan holds its weights (PlanGemm with weights) and the bytes they take.
+  bool has_weights() const { return weights_ != nullptr; }
+  size_t weights_bytes() const { return weights_bytes_; }
+
   // C = alpha * op(A) * op(B) + beta * C for the plan's shape. kInvalidState on a
-  // default-constructed or moved-from plan; kInvalidArgument for null pointers or
-  // leading dimensions too small for the shape.
+  // default-constructed or moved-from plan, or on a plan that holds its weights;
+  // kInvalidArgument for null pointers or leading dimensions too small for the shape.
   Status Run(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
              float alpha = 1.0f, float beta = 0.0f) const;
+  // The same with the plan's own weights as B (kInvalidState on a plan without them).
+  Status Run(const float* a, int64_t lda, float* c, int64_t ldc, float alpha = 1.0f, float beta = 0.0f) const;
 
  private:
   friend class Runtime;
+  struct FreeWeights {
+    void operator()(float* p) const noexcept { std::free(p); }
+  };
+  Status Dispatch(GemmArgs& args) const;
+
   Runtime::Impl* runtime_ = nullptr;
   OpKey key_;
   Schedule schedule_;
@@ -158,6 +178,9 @@ class GemmPlan {
   bool hit_ = false;
   uint32_t plan_index_ = 0;    // the key's index in the runtime's per-thread plan hit counters
   MissEntry* miss_ = nullptr;  // owned by the runtime: this key's miss record
+  std::unique_ptr<float, FreeWeights> weights_;  // packed (packed_layout_) or dense copy of B
+  size_t weights_bytes_ = 0;
+  bool packed_layout_ = false;  // weights_ is in the schedule's packed layout (GemmArgs::packed_b)
 };
 
 }  // namespace cliffguard

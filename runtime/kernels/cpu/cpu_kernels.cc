@@ -34,6 +34,19 @@ Status GemmEntry(const KernelVariant& self, const GemmArgs& args, const ParamVal
   return GemmF32(args, BlockingFromParams(params), kUkernel, MR, NR);
 }
 
+size_t GemmPackedWeightsBytes(const KernelVariant& self, const OpKey& key, const ParamValues& /*params*/) {
+  return static_cast<size_t>(PackedWeightsFloats(key.n(), key.k(), self.config.gemm.nr)) * sizeof(float);
+}
+
+Status GemmPackWeights(const KernelVariant& self, const OpKey& key, const ParamValues& params, const void* weights,
+                       int64_t ld, void* dst) {
+  if (key.dtype != DType::kF32)
+    return Unimplemented(fmt::format("{}: packs f32 weights, not {}", self.name, DTypeName(key.dtype)));
+  PackWeightsF32(static_cast<const float*>(weights), ld, key.trans_b, key.n(), key.k(), params[kParamKc],
+                 self.config.gemm.nr, static_cast<float*>(dst));
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device) {
@@ -77,7 +90,8 @@ std::span<const KernelVariant> CpuKernelVariants() {
 #include "kernels/cpu/gemv_f32.inc"
 #define CG_KERNEL(isa, name, mr, nr)                                                                          \
   {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, GemmParamSet<mr, nr>::kSpecs, nullptr, &GemmCheck, \
-   &GemmFitDefaults, {.gemm = &GemmEntry<&name##_ukernel, mr, nr>}, {.gemm = {mr, nr}}},
+   &GemmFitDefaults, {.gemm = &GemmEntry<&name##_ukernel, mr, nr>}, {.gemm = {mr, nr}}, nullptr, nullptr,    \
+   &GemmPackedWeightsBytes, &GemmPackWeights},
 #include "kernels/cpu/gemm_f32.inc"
   };
   return kVariants;

@@ -88,6 +88,8 @@ struct Ctx {
   float* c;
   int64_t ldc;
   float alpha, beta;
+  const float* packed_b;  // B packed ahead (PackWeightsF32), or nullptr
+  int64_t n_pad;          // n rounded up to nr: the packed row of one depth step
   UkernelFn uk;
   int mr, nr;
   GemmBlocking blk;  // mc, kc, nc clipped to the problem
@@ -148,6 +150,7 @@ AView PrepareA(const Ctx& c, int64_t ic, int64_t mcb, int64_t pc, int64_t kcb, i
 // its partial last panel (if it lies in [q0, q1)) so that every panel has nr
 // readable columns.
 BView PrepareB(const Ctx& c, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, int64_t q0, int64_t q1, float* dst) {
+  if (c.packed_b) return {c.packed_b + pc * c.n_pad + jc * kcb, c.nr * kcb, c.nr, -1, nullptr};
   if (c.blk.pack_b) {
     PackB(c, jc, ncb, pc, kcb, q0, q1, dst);
     return {dst, c.nr * kcb, c.nr, -1, nullptr};
@@ -235,13 +238,13 @@ void RunParM(const Ctx& c, int tid, int nt) {
       const int64_t kcb = std::min(blk.kc, c.k - pc);
       const float beta = pc == 0 ? c.beta : 1.0f;
       const BView bv = PrepareB(c, jc, ncb, pc, kcb, q0, q1, c.shared);
-      c.barrier->Wait(nt);
+      if (!c.packed_b) c.barrier->Wait(nt);  // the shared B block is packed
       for (int64_t ic = m0; ic < m1; ic += blk.mc) {
         const int64_t mcb = std::min(blk.mc, m1 - ic);
         const AView av = PrepareA(c, ic, mcb, pc, kcb, 0, CeilDiv(mcb, c.mr), pa);
         ComputeBlock(c, av, bv, ic, mcb, jc, ncb, kcb, beta, 0, qn);
       }
-      c.barrier->Wait(nt);
+      if (!c.packed_b) c.barrier->Wait(nt);  // every thread is done with it
     }
   }
 }
@@ -250,7 +253,7 @@ void RunParM(const Ctx& c, int tid, int nt) {
 // split the nr micro-panels of each block (BLIS jr loop).
 void RunParMicroPanels(const Ctx& c, int tid, int nt) {
   const GemmBlocking& blk = c.blk;
-  float* sa = c.shared + RoundUp(std::max(c.b_floats, c.edge_floats), kAlignFloats);
+  float* sa = c.shared + (c.packed_b ? 0 : RoundUp(std::max(c.b_floats, c.edge_floats), kAlignFloats));
   for (int64_t jc = 0; jc < c.n; jc += blk.nc) {
     const int64_t ncb = std::min(blk.nc, c.n - jc), qn = CeilDiv(ncb, c.nr);
     int64_t q0, q1;
@@ -259,7 +262,7 @@ void RunParMicroPanels(const Ctx& c, int tid, int nt) {
       const int64_t kcb = std::min(blk.kc, c.k - pc);
       const float beta = pc == 0 ? c.beta : 1.0f;
       const BView bv = PrepareB(c, jc, ncb, pc, kcb, q0, q1, c.shared);
-      c.barrier->Wait(nt);
+      if (!c.packed_b) c.barrier->Wait(nt);
       for (int64_t ic = 0; ic < c.m; ic += blk.mc) {
         const int64_t mcb = std::min(blk.mc, c.m - ic);
         int64_t r0, r1;
@@ -269,7 +272,7 @@ void RunParMicroPanels(const Ctx& c, int tid, int nt) {
         ComputeBlock(c, av, bv, ic, mcb, jc, ncb, kcb, beta, q0, q1);
         if (blk.pack_a) c.barrier->Wait(nt);
       }
-      c.barrier->Wait(nt);
+      if (!c.packed_b) c.barrier->Wait(nt);
     }
   }
 }
@@ -302,6 +305,20 @@ void ScaleC(const GemmArgs& a) {
 }
 
 }  // namespace
+
+int64_t PackedWeightsFloats(int64_t n, int64_t k, int nr) { return k * RoundUp(n, nr); }
+
+void PackWeightsF32(const float* b, int64_t ldb, bool trans_b, int64_t n, int64_t k, int64_t kc, int nr, float* dst) {
+  Ctx c{};
+  c.n = n;
+  c.k = k;
+  c.b = b;
+  c.ldb = ldb;
+  c.tb = trans_b;
+  c.nr = nr;
+  const int64_t n_pad = RoundUp(n, nr), kcl = std::max<int64_t>(1, std::min(kc, k));
+  for (int64_t pc = 0; pc < k; pc += kcl) PackB(c, 0, n, pc, std::min(kcl, k - pc), 0, n_pad / nr, dst + pc * n_pad);
+}
 
 GemmBlocking BlockingFromParams(const ParamValues& p) {
   GemmBlocking b;
@@ -336,12 +353,14 @@ Status GemmF32(const GemmArgs& args, const GemmBlocking& blk_in, UkernelFn ukern
   c.ldc = args.ldc;
   c.alpha = args.alpha;
   c.beta = args.beta;
+  c.packed_b = static_cast<const float*>(args.packed_b);
+  c.n_pad = RoundUp(c.n, nr);
   c.uk = ukernel;
   c.mr = mr;
   c.nr = nr;
   c.blk = blk_in;
   GemmBlocking& blk = c.blk;
-  if (args.trans_b) blk.pack_b = true;  // check() rejects this; stay correct anyway
+  if (args.trans_b || c.packed_b) blk.pack_b = true;  // check() rejects trans_b with pack_b=0; stay correct anyway
   blk.mc = std::max<int64_t>(mr, std::min(RoundUp(blk.mc, mr), RoundUp(c.m, mr)));
   blk.nc = std::max<int64_t>(nr, std::min(RoundUp(blk.nc, nr), RoundUp(c.n, nr)));
   blk.kc = std::max<int64_t>(1, std::min(blk.kc, c.k));
@@ -355,7 +374,7 @@ Status GemmF32(const GemmArgs& args, const GemmBlocking& blk_in, UkernelFn ukern
   c.a_floats = blk.mc * blk.kc;
   c.b_floats = blk.nc * blk.kc;
   c.edge_floats = blk.kc * nr;
-  const int64_t b_region = RoundUp(blk.pack_b ? c.b_floats : c.edge_floats, kAlignFloats);
+  const int64_t b_region = c.packed_b ? 0 : RoundUp(blk.pack_b ? c.b_floats : c.edge_floats, kAlignFloats);
   const int64_t a_region = RoundUp(c.a_floats, kAlignFloats);
   int64_t shared = 0, priv = 0;
   switch (blk.par) {
@@ -364,7 +383,8 @@ Status GemmF32(const GemmArgs& args, const GemmBlocking& blk_in, UkernelFn ukern
       priv = blk.pack_a ? a_region : 0;
       break;
     case kParMicroPanels:
-      shared = RoundUp(std::max(c.b_floats, c.edge_floats), kAlignFloats) + (blk.pack_a ? a_region : 0);
+      shared = (c.packed_b ? 0 : RoundUp(std::max(c.b_floats, c.edge_floats), kAlignFloats)) +
+               (blk.pack_a ? a_region : 0);
       break;
     default:
       priv = a_region + b_region;

@@ -35,8 +35,17 @@ struct GemmBlocking {
 GemmBlocking BlockingFromParams(const ParamValues& p);
 
 // Runs C = alpha * op(A) * op(B) + beta * C for validated args. mc % mr == 0 and
-// nc % nr == 0; pack_b == false requires !args.trans_b. Returns kInternal only
-// when scratch memory cannot be allocated.
+// nc % nr == 0; pack_b == false requires !args.trans_b. With args.packed_b (laid out
+// by PackWeightsF32 for the same kc and nr) B is read from there and pack_b is moot.
+// Returns kInternal only when scratch memory cannot be allocated.
 Status GemmF32(const GemmArgs& args, const GemmBlocking& blk, UkernelFn ukernel, int mr, int nr);
+
+// Constant weights packed ahead of calls: all of op(B) in the panels the driver
+// packs per call, so that no call packs B. For depth blocks of kc (the schedule's,
+// clipped to k) and nr-wide panels Q (zero padded to nr), block (pc, Q) starts at
+// pc * RoundUp(n, nr) + Q * nr * kcb; element (p, j) of a panel at [p * nr + j].
+// Independent of mc, nc, par and threads.
+int64_t PackedWeightsFloats(int64_t n, int64_t k, int nr);
+void PackWeightsF32(const float* b, int64_t ldb, bool trans_b, int64_t n, int64_t k, int64_t kc, int nr, float* dst);
 
 }  // namespace cliffguard::cpu

@@ -1,8 +1,12 @@
 // GEMM's entry points: Runtime::Gemm (per call), PlanGemm and GemmPlan (resolved
 // once), the leading-dimension rule, and GEMM's row of the op table. The only
 // runtime file that knows what a GEMM call looks like.
+#include <cstdlib>
+#include <cstring>
+
 #include <fmt/format.h>
 
+#include "cliffguard/detail/logging.h"
 #include "ops/op_table.h"
 #include "runtime_impl.h"
 
@@ -20,12 +24,13 @@ inline bool KnownKeyArgsValid(const GemmArgs& a, const Bounds& ld) {
 
 // The table entry of a call's key, matched without building an OpKey: gemm keys in
 // the table have zero unused dimensions (OpKey::Validate), so comparing the gemm
-// fields is key equality.
+// fields is key equality. A per-call GEMM's key never has constant weights.
 inline const TableEntry* FindGemm(const DispatchTable& t, const GemmArgs& a, uint64_t hash) {
   const uint32_t head = static_cast<uint32_t>(OpKind::kGemm) | (static_cast<uint32_t>(a.dtype) << 8) |
                         (static_cast<uint32_t>(a.trans_a) << 16) | (static_cast<uint32_t>(a.trans_b) << 24);
   return t.Probe(hash, [&](const OpKey& k) {
-    return ((k.dims[0] ^ a.m) | (k.dims[1] ^ a.n) | (k.dims[2] ^ a.k)) == 0 && DispatchTable::HeadWord(k) == head;
+    return ((k.dims[0] ^ a.m) | (k.dims[1] ^ a.n) | (k.dims[2] ^ a.k)) == 0 && DispatchTable::HeadWord(k) == head &&
+           !k.constant_weights;
   });
 }
 
@@ -146,29 +151,99 @@ Status Runtime::Gemm(const GemmArgs& a) {
   return GemmSlow(r, s, a, hash);
 }
 
-StatusOr<GemmPlan> Runtime::PlanGemm(const OpKey& key) {
+namespace {
+
+// Resolves a plan's schedule under the current table: a usable entry of one of
+// `keys` (in order) is a hit; else the miss record of keys[0] and its fallback.
+Status ResolvePlan(Runtime::Impl& r, std::span<const OpKey> keys, bool& hit, Schedule& schedule, MissEntry*& miss,
+                   OpKey& counted) {
+  std::lock_guard<std::mutex> lock(r.load_mu);
+  const DispatchTable* t = r.table.load(std::memory_order_acquire);
+  for (const OpKey& k : keys) {
+    const TableEntry* e = t->Find(k, k.Hash());
+    if (e && !e->rejected) {
+      hit = true;
+      schedule = e->schedule;
+      counted = k;
+      return Status::Ok();
+    }
+  }
+  const OpKey& key = keys[0];
+  std::string why;
+  miss = r.FindMiss(key, key.Hash(), t, t->Find(key, key.Hash()), schedule, why);
+  if (!miss)
+    return Unimplemented(fmt::format("PlanGemm: no kernel runs '{}' on {}: {}", key.ToString(), r.device.fingerprint, why));
+  counted = key;
+  return Status::Ok();
+}
+
+Status CheckPlanKey(const OpKey& key) {
   if (key.op != OpKind::kGemm) return InvalidArgument(fmt::format("PlanGemm: key '{}' is not a gemm", key.ToString()));
-  CG_RETURN_IF_ERROR(key.Validate());
+  return key.Validate();
+}
+
+}  // namespace
+
+StatusOr<GemmPlan> Runtime::PlanGemm(const OpKey& key) {
+  CG_RETURN_IF_ERROR(CheckPlanKey(key));
+  if (key.constant_weights)
+    return InvalidArgument(fmt::format("PlanGemm: key '{}' has constant weights: create its plan with the weights, "
+                                       "PlanGemm(key, weights, ldb)",
+                                       key.ToString()));
   Impl& r = *impl_;
   GemmPlan plan;
   plan.key_ = key;
   plan.ld_ = GemmLeadingDimBounds(key);
-  {
-    std::lock_guard<std::mutex> lock(r.load_mu);
-    const DispatchTable* t = r.table.load(std::memory_order_acquire);
-    const TableEntry* e = t->Find(key, key.Hash());
-    if (e && !e->rejected) {
-      plan.hit_ = true;
-      plan.schedule_ = e->schedule;
-    } else {
-      std::string why;
-      plan.miss_ = r.FindMiss(key, key.Hash(), t, e, plan.schedule_, why);
-      if (!plan.miss_)
-        return Unimplemented(fmt::format("PlanGemm: no kernel runs '{}' on {}: {}", key.ToString(), r.device.fingerprint, why));
-    }
-  }
-  if (plan.hit_) plan.plan_index_ = r.slots.PlanIndex(key);
+  OpKey counted;
+  CG_RETURN_IF_ERROR(ResolvePlan(r, {&key, 1}, plan.hit_, plan.schedule_, plan.miss_, counted));
+  if (plan.hit_) plan.plan_index_ = r.slots.PlanIndex(counted);
   plan.runtime_ = &r;
+  return plan;
+}
+
+StatusOr<GemmPlan> Runtime::PlanGemm(const OpKey& key_in, const float* weights, int64_t ldb) {
+  CG_RETURN_IF_ERROR(CheckPlanKey(key_in));
+  Impl& r = *impl_;
+  if (r.device.backend != Backend::kCpu)
+    return Unimplemented(fmt::format("PlanGemm: constant-weights plans run on cpu devices, not {}; pass B per call",
+                                     r.device.fingerprint));
+  if (key_in.dtype != DType::kF32)
+    return Unimplemented(fmt::format("PlanGemm: constant-weights plans take f32 weights, not {}", DTypeName(key_in.dtype)));
+  if (!weights) return InvalidArgument("PlanGemm: weights pointer is null");
+  OpKey keys[2] = {key_in, key_in};
+  keys[0].constant_weights = true;
+  keys[1].constant_weights = false;
+  const GemmLdBounds ld = GemmLeadingDimBounds(keys[0]);
+  if (ldb < ld.lo[1] || ldb > ld.hi[1])
+    return InvalidArgument(fmt::format("PlanGemm: ldb={} must be in [{}, {}] ({} of the weights)", ldb, ld.lo[1],
+                                       ld.hi[1], key_in.trans_b ? "k, B stored n x k" : "n, B stored k x n"));
+  GemmPlan plan;
+  plan.key_ = keys[0];
+  plan.ld_ = ld;
+  OpKey counted;
+  CG_RETURN_IF_ERROR(ResolvePlan(r, keys, plan.hit_, plan.schedule_, plan.miss_, counted));
+
+  const KernelVariant& v = *plan.schedule_.variant;
+  const OpKey& key = keys[0];
+  const int64_t rows = key.trans_b ? key.n() : key.k(), cols = ld.lo[1];
+  const bool packs = v.pack_weights != nullptr;
+  const size_t bytes = packs ? v.packed_weights_bytes(v, key, plan.schedule_.params)
+                             : static_cast<size_t>(rows * cols) * sizeof(float);
+  void* buf = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!buf) return Internal(fmt::format("PlanGemm: cannot allocate {} bytes for the weights of '{}'", bytes, key.ToString()));
+  plan.weights_.reset(static_cast<float*>(buf));
+  if (packs) {
+    CG_RETURN_IF_ERROR(v.pack_weights(v, key, plan.schedule_.params, weights, ldb, buf));
+  } else {
+    for (int64_t i = 0; i < rows; ++i)
+      std::memcpy(plan.weights_.get() + i * cols, weights + i * ldb, static_cast<size_t>(cols) * sizeof(float));
+  }
+  plan.weights_bytes_ = bytes;
+  plan.packed_layout_ = packs;
+  if (plan.hit_) plan.plan_index_ = r.slots.PlanIndex(counted);
+  plan.runtime_ = &r;
+  logging::Log(LogLevel::kDebug, "plan for '{}': weights {} into {} bytes ({})", key.ToString(),
+               packs ? "packed" : "copied", bytes, plan.schedule_.ToString());
   return plan;
 }
 
@@ -181,28 +256,14 @@ GemmPlan& GemmPlan::operator=(GemmPlan&& o) noexcept {
   hit_ = std::exchange(o.hit_, false);
   plan_index_ = o.plan_index_;
   miss_ = std::exchange(o.miss_, nullptr);
+  weights_ = std::move(o.weights_);
+  weights_bytes_ = std::exchange(o.weights_bytes_, 0);
+  packed_layout_ = o.packed_layout_;
   return *this;
 }
 GemmPlan::~GemmPlan() = default;
 
-Status GemmPlan::Run(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, float alpha,
-                     float beta) const {
-  if (!runtime_) [[unlikely]] return InvalidState("GemmPlan::Run: the plan is empty (default-constructed or moved from)");
-  GemmArgs args;
-  args.dtype = key_.dtype;
-  args.trans_a = key_.trans_a;
-  args.trans_b = key_.trans_b;
-  args.m = key_.dims[0];
-  args.n = key_.dims[1];
-  args.k = key_.dims[2];
-  args.a = a;
-  args.lda = lda;
-  args.b = b;
-  args.ldb = ldb;
-  args.c = c;
-  args.ldc = ldc;
-  args.alpha = alpha;
-  args.beta = beta;
+Status GemmPlan::Dispatch(GemmArgs& args) const {
   if (!KnownKeyArgsValid(args, ld_)) [[unlikely]] return InvalidGemmArgs(args);
   if (hit_) [[likely]] {
     runtime_->slots.CountPlanHit(runtime_->slots.Local(), plan_index_);
@@ -212,6 +273,49 @@ Status GemmPlan::Run(const float* a, int64_t lda, const float* b, int64_t ldb, f
   Status st = RunGemm(schedule_, args);
   miss_->Record(runtime_->slots.Local()->stripe, t0, TickClock::Now());
   return st;
+}
+
+namespace {
+GemmArgs PlanArgs(const OpKey& key, const float* a, int64_t lda, float* c, int64_t ldc, float alpha, float beta) {
+  GemmArgs args;
+  args.dtype = key.dtype;
+  args.trans_a = key.trans_a;
+  args.trans_b = key.trans_b;
+  args.m = key.dims[0];
+  args.n = key.dims[1];
+  args.k = key.dims[2];
+  args.a = a;
+  args.lda = lda;
+  args.c = c;
+  args.ldc = ldc;
+  args.alpha = alpha;
+  args.beta = beta;
+  return args;
+}
+}  // namespace
+
+Status GemmPlan::Run(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, float alpha,
+                     float beta) const {
+  if (!runtime_) [[unlikely]] return InvalidState("GemmPlan::Run: the plan is empty (default-constructed or moved from)");
+  if (weights_) [[unlikely]]
+    return InvalidState(fmt::format("GemmPlan::Run: the plan for '{}' holds its weights: call Run(a, lda, c, ldc)",
+                                    key_.ToString()));
+  GemmArgs args = PlanArgs(key_, a, lda, c, ldc, alpha, beta);
+  args.b = b;
+  args.ldb = ldb;
+  return Dispatch(args);
+}
+
+Status GemmPlan::Run(const float* a, int64_t lda, float* c, int64_t ldc, float alpha, float beta) const {
+  if (!runtime_) [[unlikely]] return InvalidState("GemmPlan::Run: the plan is empty (default-constructed or moved from)");
+  if (!weights_) [[unlikely]]
+    return InvalidState(fmt::format("GemmPlan::Run: the plan for '{}' has no weights: pass B, Run(a, lda, b, ldb, c, ldc)",
+                                    key_.ToString()));
+  GemmArgs args = PlanArgs(key_, a, lda, c, ldc, alpha, beta);
+  args.b = weights_.get();
+  args.ldb = ld_.lo[1];
+  if (packed_layout_) args.packed_b = weights_.get();
+  return Dispatch(args);
 }
 
 }  // namespace cliffguard

@@ -30,6 +30,8 @@ struct KeyOutcome {
   Schedule best;               // the winner (after the near-tie re-measurement)
   double tuned_us = 0;         // its median time, microseconds
   double default_us = 0;       // DefaultSchedule(key)'s median time; 0 when it failed
+  double tuned_spread_us = 0;  // MeasureResult::spread_us behind tuned_us (0: not known)
+  double default_spread_us = 0;
   uint32_t trials = 0;         // trial measurements spent on this key (resumed ones included)
   uint64_t tuned_at = 0;       // unix seconds
   std::string provenance;      // "strategy=xgb seed=1 trials=64 host=... log=..."

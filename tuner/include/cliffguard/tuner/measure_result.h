@@ -15,6 +15,9 @@ struct MeasureResult {
   bool ok = false;        // passed the correctness gate and timed
   double median_us = 0;   // median time per call, microseconds (ok only)
   std::string error;      // why not ok, e.g. "wrong result: max error 3.1e-02 > 1.0e-03"
+  // How far the median moves within the measurement (ok only; 0: not known): half
+  // the range of the medians of its interleaved rounds, or of four consecutive parts.
+  double spread_us = 0;
 };
 
 }  // namespace cliffguard::tuner

@@ -19,6 +19,13 @@
 //      tuned_us. The default schedule joins every re-measured group (beyond
 //      tie_max), so default_us comes from the same measurement. A lone leader is not
 //      re-measured.
+//   4. confirmation: the winner and the default, measured together again (interleaved
+//      rounds, as the serving path runs them: B packed once for a constant-weights
+//      key; "confirm" records). The winner ships only when its median beats the
+//      default's by more than the noise: max(confirm_min_gain of the default, the
+//      mean of the two spreads, each half the range of its per-round medians). Else the default
+//      ships as the key's entry (a hit that runs the default). The entry records
+//      both medians and spreads of this measurement.
 // Then, per op and shape class, the bundle default (docs/tuning.md): candidates are
 // the top default_candidates schedules of every tuned key of the class; each
 // candidate's time on each other shape comes from the log or is measured now
@@ -73,6 +80,8 @@ struct KeySummary {
   int errors = 0;         // trial records that are errors (wrong result, crash, timeout, ...)
   int resumed = 0;        // trial records taken from the log
   bool remeasured = false;  // the near-tie rule re-measured candidates
+  bool confirmed = false;   // the confirmation measured the winner against the default
+  bool default_shipped = false;  // the confirmation found the winner no faster: the default ships
   std::string note;       // why a key has no best, etc.
 };
 
@@ -99,6 +108,10 @@ struct TunerOptions {
   Measurer* measurer = nullptr;
   double tie_tolerance = 0.03;       // near-tie band for re-measurement (relative)
   int tie_max = 4;                   // at most this many candidates re-measured per key
+  // Confirmation (step 4): the winner ships only when faster than the default by
+  // more than max(confirm_min_gain * default, the mean of the two spreads).
+  bool confirm = true;
+  double confirm_min_gain = 0.02;
   bool bundle_default = true;        // compute the per-op bundle default
   int default_candidates = 3;        // top schedules per key considered for it
   // Kernel variants to search (non-owning, must outlive the call); empty: every

@@ -37,7 +37,9 @@ inline constexpr int kTuningLogVersion = 1;
 //              candidate; decides the winner, not counted as a trial.
 //   cross:     a candidate for the per-op bundle default measured on another
 //              shape of the workload; not counted as a trial.
-enum class RecordKind : uint8_t { kTrial = 0, kDefault = 1, kRemeasure = 2, kCross = 3 };
+//   confirm:   the winner and the default measured together, interleaved, as the
+//              serving path runs them; decides which of the two ships.
+enum class RecordKind : uint8_t { kTrial = 0, kDefault = 1, kRemeasure = 2, kCross = 3, kConfirm = 4 };
 const char* RecordKindName(RecordKind k);
 StatusOr<RecordKind> ParseRecordKind(std::string_view s);
 
