@@ -5,12 +5,17 @@
 //
 // Padding elements of A and B are NaN (a kernel that reads them poisons C), the
 // padding of C holds a sentinel that must survive (a kernel that writes it fails).
+// With packed_b(true) the weights go through the variant's pack_weights first and
+// the call reads them only from GemmArgs::packed_b (b is null).
 // The error bound scales with k: |c - ref| <= 4 * (k + 2) * eps * (|alpha| * sum|a||b|
 // + |beta * c0|).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <limits>
 #include <random>
 #include <string>
@@ -38,11 +43,12 @@ class GemmTester {
   GemmTester& beta(float v) { beta_ = v; return *this; }
   GemmTester& nan_c(bool v) { nan_c_ = v; return *this; }  // fill C with NaN (use with beta = 0)
   GemmTester& seed(uint32_t v) { seed_ = v; return *this; }
+  GemmTester& packed_b(bool v) { packed_ = v; return *this; }  // B through pack_weights
 
   OpKey Key() const { return OpKey::Gemm(m_, n_, k_, ta_, tb_); }
   std::string Describe() const {
-    return fmt::format("m={} n={} k={} t{}{} pads={},{},{} alpha={} beta={}{}", m_, n_, k_, ta_ ? 't' : 'n',
-                       tb_ ? 't' : 'n', lda_pad_, ldb_pad_, ldc_pad_, alpha_, beta_, nan_c_ ? " nan_c" : "");
+    return fmt::format("m={} n={} k={} t{}{} pads={},{},{} alpha={} beta={}{}{}", m_, n_, k_, ta_ ? 't' : 'n',
+                       tb_ ? 't' : 'n', lda_pad_, ldb_pad_, ldc_pad_, alpha_, beta_, nan_c_ ? " nan_c" : "", packed_ ? " packed_b" : "");
   }
 
   // Runs the schedule and compares; returns false (after adding a gtest failure
@@ -80,6 +86,23 @@ class GemmTester {
     args.ldc = ldc;
     const Status valid = ValidateGemmArgs(args);
     EXPECT_TRUE(valid.ok()) << valid.ToString();
+    std::unique_ptr<void, decltype(&std::free)> packed(nullptr, &std::free);
+    if (packed_) {
+      const KernelVariant& v = *s.variant;
+      if (!v.pack_weights || !v.packed_weights_bytes) {
+        ADD_FAILURE() << v.name << " has no pack_weights";
+        return false;
+      }
+      const size_t bytes = v.packed_weights_bytes(v, Key(), s.params);
+      packed.reset(std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64));
+      const Status ps = v.pack_weights(v, Key(), s.params, b.data(), ldb, packed.get());
+      if (!ps.ok()) {
+        ADD_FAILURE() << s.ToString() << " pack_weights on " << Describe() << ": " << ps.ToString();
+        return false;
+      }
+      args.packed_b = packed.get();
+      args.b = nullptr;
+    }
     const Status st = RunGemm(s, args);
     if (!st.ok()) {
       ADD_FAILURE() << s.ToString() << " on " << Describe() << ": " << st.ToString();
@@ -128,6 +151,7 @@ class GemmTester {
   int64_t lda_pad_ = 0, ldb_pad_ = 0, ldc_pad_ = 0;
   float alpha_ = 1.0f, beta_ = 0.0f;
   bool nan_c_ = false;
+  bool packed_ = false;
   uint32_t seed_ = 1;
 };
 
