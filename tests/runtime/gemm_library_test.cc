@@ -3,11 +3,13 @@
 // reference of GemmTester. One suite per variant, named like it (STYLE H2); the
 // suites skip when this build lacks the library (CLIFFGUARD_LIBRARY_VARIANTS, or
 // libdnnl-dev / libopenblas-dev not found at configure time).
+#include <strings.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <thread>
@@ -161,6 +163,29 @@ TEST(cpu_f32_gemm_onednn, DefaultSchedules) {
 TEST(cpu_f32_gemm_onednn, CheckNamesValueAndRule) {
   CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
   CheckNamesThreads(*v);
+}
+
+// threads > 1 only when idle OpenMP workers sleep (they would starve cliffguard's
+// own pool): the environment of this process decides which way the check goes.
+TEST(cpu_f32_gemm_onednn, ThreadsNeedPassiveOpenMpWaiting) {
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  const bool passive = (policy && ::strcasecmp(policy, "passive") == 0) || (spin && std::string(spin) == "0");
+  DeviceInfo d = Host();
+  d.threads = 4;
+  const OpKey key = OpKey::Gemm(512, 512, 512);
+  const Status st = CheckSchedule(With(*v, {{"threads", 2}}), key, d);
+  if (passive) {
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(VariantDefaultSchedule(*v, key, d).params[0], 4);
+  } else {
+    EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(st.message().find("OMP_WAIT_POLICY=passive"), std::string::npos) << st.message();
+    EXPECT_EQ(VariantDefaultSchedule(*v, key, d).params[0], 1);
+    for (const ParamValues& p : v->candidates(*v, key, d)) EXPECT_EQ(p[0], 1);
+  }
+  EXPECT_TRUE(CheckSchedule(With(*v, {{"threads", 1}, {"reorder_b", 1}}), key, d).ok());
 }
 
 // Constant weights: packed once (dense for reorder_b = 0, oneDNN's layout for 1),

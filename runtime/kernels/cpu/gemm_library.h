@@ -17,9 +17,12 @@
 // setting) to the schedule's `threads` and restores it after; with threads = 1
 // oneDNN runs on the calling thread and starts no OpenMP team. With threads > 1
 // libgomp keeps a team per calling thread, whose idle workers spin for
-// GOMP_SPINCOUNT (libgomp's default: 300000 spins) before they sleep; a process that
-// also runs the project's own thread pool should set OMP_WAIT_POLICY=passive in its
-// environment (read once at start; the runtime cannot change it). libgomp cannot
+// GOMP_SPINCOUNT (libgomp's default: 300000 spins) before they sleep, beside
+// cliffguard's own pool: on a 2-core host the own pool's next call then ran up to
+// 25x slower. libgomp reads its wait policy once at start, so the runtime cannot
+// change it: check() accepts threads > 1 only when the process environment has
+// OMP_WAIT_POLICY=passive (or GOMP_SPINCOUNT=0), and says so otherwise;
+// fit_defaults and candidates keep to threads = 1 then. libgomp cannot
 // start a team in a child of fork() on a thread that had one before the fork (it
 // waits forever for the parent's workers): a call with threads > 1 on such a thread
 // returns kFailedPrecondition instead of hanging (threads = 1 still runs).
@@ -68,11 +71,14 @@ inline constexpr ParamSpec kOnednnSpecs[] = {
 // reorder_b = 1 without packed_b reorders B per call into a thread_local buffer in
 // the layout pack_weights writes, then runs like a packed call.
 Status OnednnGemm(const KernelVariant& self, const GemmArgs& args, const ParamValues& params);
-// check(): threads <= device.threads.
+// OMP_WAIT_POLICY=passive or GOMP_SPINCOUNT=0 in the environment (read once).
+bool OmpWaitsPassively();
+// check(): threads <= device.threads; threads > 1 only with passive OpenMP waiting.
 Status OnednnCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
-// fit_defaults(): threads from the shape's work (as the project's own variants).
+// fit_defaults(): threads from the shape's work (as the project's own variants),
+// 1 without passive OpenMP waiting.
 void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
-// candidates: every (threads <= device.threads, reorder_b) pair, the fitted threads
+// candidates: every (threads, reorder_b) pair check() accepts, the fitted threads
 // first, so the tuner measures each library schedule beside its own search.
 std::vector<ParamValues> OnednnCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 // Packed weights: reorder_b = 0: op(B) dense as the key stores it (k x n, or n x k

@@ -1,5 +1,6 @@
 // cpu_f32_gemm_onednn: oneDNN matmul as a kernel variant (contracts in gemm_library.h).
 #include <pthread.h>
+#include <strings.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -303,21 +304,36 @@ Status OnednnGemm(const KernelVariant& self, const GemmArgs& args, const ParamVa
   return Guard(self, "gemm", [&] { return Run(self, args, params); });
 }
 
+bool OmpWaitsPassively() {
+  static const bool passive = [] {
+    const char* policy = std::getenv("OMP_WAIT_POLICY");
+    const char* spin = std::getenv("GOMP_SPINCOUNT");
+    return (policy && ::strcasecmp(policy, "passive") == 0) || (spin && std::strcmp(spin, "0") == 0);
+  }();
+  return passive;
+}
+
 Status OnednnCheck(const KernelVariant& v, const OpKey& /*key*/, const ParamValues& p, const DeviceInfo& device) {
   if (p[kOnednnThreads] > device.threads)
     return InvalidArgument(
         fmt::format("{}: threads={} must be <= device threads={}", v.name, p[kOnednnThreads], device.threads));
+  if (p[kOnednnThreads] > 1 && !OmpWaitsPassively())
+    return FailedPrecondition(fmt::format(
+        "{}: threads={} needs OMP_WAIT_POLICY=passive (or GOMP_SPINCOUNT=0) in the process environment: idle "
+        "OpenMP workers otherwise spin and starve cliffguard's own thread pool",
+        v.name, p[kOnednnThreads]));
   return Status::Ok();
 }
 
 void OnednnFitDefaults(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
-  p[kOnednnThreads] = LibraryThreadsFor(key, device);
+  p[kOnednnThreads] = OmpWaitsPassively() ? LibraryThreadsFor(key, device) : 1;
 }
 
 std::vector<ParamValues> OnednnCandidates(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
   std::vector<ParamValues> out;
   for (int32_t threads : LibraryThreadCandidates(key, device))
     for (int32_t reorder_b : kLibraryBoolValues) {
+      if (threads > 1 && !OmpWaitsPassively()) continue;
       ParamValues p{};
       p[kOnednnThreads] = threads;
       p[kOnednnReorderB] = reorder_b;
