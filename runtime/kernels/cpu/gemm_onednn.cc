@@ -68,8 +68,7 @@ struct CachedPrim {
   dnnl::reorder reorder_b;
   memory user_b, packed_b;
   size_t packed_bytes = 0;
-  const void* bound_wei = nullptr;  // handles bound to `wei` and `packed_b`
-  const void* bound_packed = nullptr;
+  const void* bound_wei = nullptr;  // the handle bound to `wei`
   uint64_t last_use = 0;
 };
 
@@ -262,7 +261,10 @@ Status Run(const KernelVariant& self, const GemmArgs& args, const ParamValues& p
     }
     CG_RETURN_IF_ERROR(Check(self, dnnl_memory_set_data_handle_v2(c.user_b.get(), const_cast<void*>(b), s.get()),
                              "binding B"));
-    CG_RETURN_IF_ERROR(Check(self, Bind(c.packed_b, c.bound_packed, ts.scratch.get(), s), "binding packed B"));
+    // Bound on every call: binding zero-fills the layout's padding, which another
+    // primitive's reorder into the same buffer may have written.
+    CG_RETURN_IF_ERROR(Check(self, dnnl_memory_set_data_handle_v2(c.packed_b.get(), ts.scratch.get(), s.get()),
+                             "binding packed B"));
     const dnnl_exec_arg_t reorder_args[] = {{DNNL_ARG_FROM, c.user_b.get()}, {DNNL_ARG_TO, c.packed_b.get()}};
     CG_RETURN_IF_ERROR(Check(self, dnnl_primitive_execute(c.reorder_b.get(), s.get(), 2, reorder_args), "reorder of B"));
     wei = ts.scratch.get();
