@@ -34,7 +34,7 @@ const DeviceInfo& Host() {
 
 #define CG_REQUIRE_LIBRARY_VARIANT(var, name)                                                                 \
   const KernelVariant* var = FindKernelVariant(name);                                                         \
-  if (var == nullptr) GTEST_SKIP() << "this build has no " << name << " (library not found at configure time)"; \
+  if (var == nullptr) GTEST_SKIP() << "this build has no " << name << " (CLIFFGUARD_LIBRARY_VARIANTS=OFF, or its library was not found at configure time)"; \
   if (!VariantRunsOn(*var, OpKind::kGemm, DType::kF32, Host()).ok()) GTEST_SKIP() << name << ": host lacks AVX2"
 
 int TwoThreads() { return std::min(Host().threads, 2); }
