@@ -179,6 +179,34 @@ TEST(Bundle, RejectsBadEntriesAndKeepsTheGoodOnes) {
   EXPECT_EQ((*rt)->Resolve(OpKey::Gemm(13, 13, 13))->miss_kind, MissKind::kShapeMiss);
 }
 
+// A bundle tuned where a library variant was built (cpu_f32_gemm_onednn, ...) and
+// loaded where it was not: that entry is rejected as an unknown variant, named in the
+// message; the file and its other entries load.
+TEST(Bundle, RejectsAnEntryNamingALibraryVariantThisBuildLacks) {
+  const DeviceInfo host = HostCpuDevice();
+  BundleSpec spec = HostBundle(host, {OpKey::Gemm(8, 8, 8), OpKey::Gemm(9, 9, 9), OpKey::Gemm(10, 10, 10)});
+  spec.entries[1].schedule = {"cpu_f32_gemm_mkl", {{"threads", 1}}};  // a library no build has
+  spec.entries[2].schedule = {"cpu_f32_gemm_onednn", {{"threads", 1}, {"reorder_b", 1}}};
+  const bool have_onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr &&
+                           VariantSupports(*FindKernelVariant("cpu_f32_gemm_onednn"), OpKey::Gemm(10, 10, 10), host).ok();
+  auto rt = Runtime::Create({.threads = 0, .miss_report_path = "", .warn_on_miss = false});
+  ASSERT_TRUE(rt.ok());
+  auto rep = (*rt)->LoadBundleBuffer(SerializeBundle(spec), "library");
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->entries_total, 3u);
+  EXPECT_EQ(rep->entries_loaded, have_onednn ? 2u : 1u);
+  ASSERT_EQ(rep->rejected.size(), have_onednn ? 1u : 2u);
+  EXPECT_EQ(rep->rejected[0].reason, EntryRejection::kUnknownVariant);
+  EXPECT_NE(rep->rejected[0].message.find("'cpu_f32_gemm_mkl'"), std::string::npos) << rep->rejected[0].message;
+  EXPECT_EQ((*rt)->Resolve(OpKey::Gemm(9, 9, 9))->miss_kind, MissKind::kRejectedEntry);
+  if (have_onednn) {
+    EXPECT_TRUE((*rt)->Resolve(OpKey::Gemm(10, 10, 10))->hit);
+  } else {
+    EXPECT_NE(rep->rejected[1].message.find("cpu_f32_gemm_onednn"), std::string::npos) << rep->rejected[1].message;
+    EXPECT_EQ((*rt)->Resolve(OpKey::Gemm(10, 10, 10))->miss_kind, MissKind::kRejectedEntry);
+  }
+}
+
 // A fresh runtime loads `bytes`: `loaded` entries load and `key` is a hit.
 void ExpectRuntimeLoads(std::span<const uint8_t> bytes, size_t loaded, const OpKey& key) {
   auto rt = Runtime::Create({.threads = 0, .miss_report_path = "", .warn_on_miss = false});

@@ -5,6 +5,8 @@
 //
 // Padding elements of A and B are NaN (a kernel that reads them poisons C), the
 // padding of C holds a sentinel that must survive (a kernel that writes it fails).
+// With packed_weights(true) the weights go through the variant's pack_weights first and
+// the call reads them only from GemmArgs::packed_b (b is null).
 // The error bound scales with k: |c - ref| <= 4 * (k + 2) * eps * (|alpha| * sum|a||b|
 // + |beta * c0|).
 #pragma once
@@ -12,6 +14,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <limits>
 #include <random>
 #include <string>
@@ -40,8 +44,8 @@ class GemmTester {
   GemmTester& nan_c(bool v) { nan_c_ = v; return *this; }  // fill C with NaN (use with beta = 0)
   GemmTester& seed(uint32_t v) { seed_ = v; return *this; }
   // Pack B ahead with the schedule's pack_weights (the variant must have it) and run
-  // from GemmArgs::packed_b; B itself is then overwritten with NaN, so a kernel
-  // that still reads it fails.
+  // from GemmArgs::packed_b; B itself is then overwritten with NaN and args.b is null, so a
+  // kernel that still reads it fails.
   GemmTester& packed_weights(bool v) { packed_ = v; return *this; }
 
   OpKey Key() const { return OpKey::Gemm(m_, n_, k_, ta_, tb_); }
@@ -86,24 +90,24 @@ class GemmTester {
     args.ldc = ldc;
     const Status valid = ValidateGemmArgs(args);
     EXPECT_TRUE(valid.ok()) << valid.ToString();
-    std::vector<float> packed;
+    std::unique_ptr<void, decltype(&std::free)> packed(nullptr, &std::free);
     const std::vector<float> b_kept = packed_ ? b : std::vector<float>();
     if (packed_) {
-      if (!s.variant->pack_weights) {
-        ADD_FAILURE() << s.variant->name << " has no pack_weights";
+      const KernelVariant& v = *s.variant;
+      if (!v.pack_weights || !v.packed_weights_bytes) {
+        ADD_FAILURE() << v.name << " has no pack_weights";
         return false;
       }
-      const OpKey key = Key();
-      packed.resize(s.variant->packed_weights_bytes(*s.variant, key, s.params) / sizeof(float) + 16);
-      float* dst = packed.data();
-      while (reinterpret_cast<uintptr_t>(dst) % 64) ++dst;
-      const Status pk = s.variant->pack_weights(*s.variant, key, s.params, b.data(), ldb, dst);
-      if (!pk.ok()) {
-        ADD_FAILURE() << s.ToString() << " packing " << Describe() << ": " << pk.ToString();
+      const size_t bytes = v.packed_weights_bytes(v, Key(), s.params);
+      packed.reset(std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64));
+      const Status ps = v.pack_weights(v, Key(), s.params, b.data(), ldb, packed.get());
+      if (!ps.ok()) {
+        ADD_FAILURE() << s.ToString() << " pack_weights on " << Describe() << ": " << ps.ToString();
         return false;
       }
       std::fill(b.begin(), b.end(), kNaN);
-      args.packed_b = dst;
+      args.packed_b = packed.get();
+      args.b = nullptr;
     }
     const Status st = RunGemm(s, args);
     if (packed_) b = b_kept;

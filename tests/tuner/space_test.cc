@@ -235,6 +235,33 @@ TEST(SearchSpaceTest, DefaultVariantsOnHost) {
   }
 }
 
+// The library variants this build has (oneDNN, OpenBLAS) are searched like the
+// project's own, and propose their schedules per key (KernelVariant::candidates).
+TEST(SearchSpaceTest, LibraryVariantsAreCandidates) {
+  const OpKey key = OpKey::Gemm(16, 768, 768, false, true);
+  const DeviceInfo host = HostCpuDevice(2);
+  int found = 0;
+  for (const char* name : {"cpu_f32_gemm_onednn", "cpu_f32_gemm_openblas"}) {
+    const KernelVariant* v = FindKernelVariant(name);
+    if (!v || !VariantSupports(*v, key, host).ok()) continue;
+    ++found;
+    auto s = SearchSpace::Create(key, host);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_NE(std::find(s->variants().begin(), s->variants().end(), v), s->variants().end()) << name;
+    ASSERT_NE(v->candidates, nullptr) << name;
+    const auto proposals = v->candidates(*v, key, host);
+    EXPECT_FALSE(proposals.empty()) << name;
+    for (const ParamValues& p : proposals) {
+      const Schedule sch{v, p};
+      EXPECT_TRUE(CheckSchedule(sch, key, host).ok()) << sch.ToString();
+      auto k = s->FromSchedule(sch);
+      ASSERT_TRUE(k.ok()) << k.status().ToString();
+      EXPECT_TRUE(s->IsValid(*k)) << sch.ToString();
+    }
+  }
+  if (found == 0) GTEST_SKIP() << "this build has no library variants";
+}
+
 TEST(FeaturesTest, FixedLengthNamedAndDerived) {
   const int nf = NumFeatures();
   ASSERT_EQ(static_cast<size_t>(nf), FeatureNames().size());

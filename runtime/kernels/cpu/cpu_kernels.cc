@@ -1,10 +1,12 @@
 #include "kernels/cpu/cpu_kernels.h"
 
 #include <algorithm>
+#include <array>
 
 #include <fmt/format.h>
 
 #include "kernels/cpu/gemm_driver.h"
+#include "kernels/cpu/gemm_library.h"
 #include "kernels/cpu/gemm_params.h"
 #include "kernels/cpu/gemm_ukernel.h"
 #include "kernels/cpu/gemv_kernel.h"
@@ -34,6 +36,7 @@ Status GemmEntry(const KernelVariant& self, const GemmArgs& args, const ParamVal
   return GemmF32(args, BlockingFromParams(params), kUkernel, MR, NR);
 }
 
+<<<<<<< HEAD
 size_t GemmPackedWeightsBytes(const KernelVariant& self, const OpKey& key, const ParamValues& /*params*/) {
   return static_cast<size_t>(PackedWeightsFloats(key.n(), key.k(), self.config.gemm.nr)) * sizeof(float);
 }
@@ -45,9 +48,51 @@ Status GemmPackWeights(const KernelVariant& self, const OpKey& key, const ParamV
   PackWeightsF32(static_cast<const float*>(weights), ld, key.trans_b, key.n(), key.k(), params[kParamKc],
                  self.config.gemm.nr, static_cast<float*>(dst));
   return Status::Ok();
+=======
+// The table: `own` (the inventories, the portable reference last) with `library`
+// inserted before its last row.
+template <size_t N, size_t L>
+constexpr std::array<KernelVariant, N + L> BeforeLast(const std::array<KernelVariant, N>& own,
+                                                      const std::array<KernelVariant, L>& library) {
+  static_assert(N >= 1);
+  std::array<KernelVariant, N + L> out{};
+  for (size_t i = 0; i + 1 < N; ++i) out[i] = own[i];
+  for (size_t i = 0; i < L; ++i) out[N - 1 + i] = library[i];
+  out[N + L - 1] = own[N - 1];
+  return out;
+>>>>>>> libvar
 }
 
 }  // namespace
+
+int32_t LibraryThreadsFor(const OpKey& key, const DeviceInfo& device) {
+  const double work = key.Flops() / kFlopsPerThread;
+  const int64_t limit = std::max<int64_t>(1, std::min<double>(device.threads, std::max(1.0, work)));
+  int32_t threads = 1;
+  for (int32_t t : kLibraryThreadValues)
+    if (t <= limit) threads = t;
+  return threads;
+}
+
+std::vector<int32_t> LibraryThreadCandidates(const OpKey& key, const DeviceInfo& device) {
+  const int32_t fitted = LibraryThreadsFor(key, device);
+  std::vector<int32_t> out{fitted};
+  for (int32_t t : kLibraryThreadValues)
+    if (t <= device.threads && t != fitted) out.push_back(t);
+  return out;
+}
+
+void ScaleC(const GemmArgs& args) {
+  float* c = static_cast<float*>(args.c);
+  for (int64_t i = 0; i < args.m; ++i) {
+    float* row = c + i * args.ldc;
+    if (args.beta == 0.0f) {
+      std::fill(row, row + args.n, 0.0f);
+    } else {
+      for (int64_t j = 0; j < args.n; ++j) row[j] *= args.beta;
+    }
+  }
+}
 
 Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device) {
   const GemmConfig& tile = v.config.gemm;
@@ -82,7 +127,7 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
 }
 
 std::span<const KernelVariant> CpuKernelVariants() {
-  static constexpr KernelVariant kVariants[] = {
+  static constexpr auto kOwn = std::to_array<KernelVariant>({
 #define CG_GEMV(isa, name, trans_b)                                                                                \
   {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, trans_b ? std::span<const ParamSpec>(kGemvNTSpecs)      \
                                                                   : std::span<const ParamSpec>(kGemvNNSpecs),     \
@@ -93,7 +138,21 @@ std::span<const KernelVariant> CpuKernelVariants() {
    &GemmFitDefaults, {.gemm = &GemmEntry<&name##_ukernel, mr, nr>}, {.gemm = {mr, nr}}, nullptr, nullptr,    \
    &GemmPackedWeightsBytes, &GemmPackWeights},
 #include "kernels/cpu/gemm_f32.inc"
-  };
+  });
+  // Library variants (gemm_library.h), built when their library is found.
+  static constexpr std::array<KernelVariant, kNumLibraryVariants> kLibrary = {{
+#ifdef CLIFFGUARD_WITH_ONEDNN
+      {"cpu_f32_gemm_onednn", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaAvx2, kOnednnSpecs, nullptr,
+       &OnednnCheck, &OnednnFitDefaults, {.gemm = &OnednnGemm}, {.gemm = {1, 1}}, &OnednnCandidates, nullptr,
+       &OnednnPackedWeightsBytes, &OnednnPackWeights},
+#endif
+#ifdef CLIFFGUARD_WITH_OPENBLAS
+      {"cpu_f32_gemm_openblas", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaAvx2, kOpenblasSpecs,
+       &OpenblasSupports, &OpenblasCheck, &OpenblasFitDefaults, {.gemm = &OpenblasGemm}, {.gemm = {1, 1}},
+       &OpenblasCandidates},
+#endif
+  }};
+  static constexpr auto kVariants = BeforeLast(kOwn, kLibrary);
   return kVariants;
 }
 

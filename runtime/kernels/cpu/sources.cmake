@@ -31,3 +31,12 @@ foreach(row IN LISTS cg_kernel_rows)
     message(FATAL_ERROR "gemm_f32.inc: ISA '${CMAKE_MATCH_1}' of ${CMAKE_MATCH_2} has no source list here")
   endif()
 endforeach()
+
+# Library variants (cmake/CliffguardLibraries.cmake decides which are built): no ISA
+# flags of their own, the libraries dispatch inside.
+if(CLIFFGUARD_WITH_ONEDNN)
+  list(APPEND CG_CPU_KERNEL_SRCS ${CMAKE_CURRENT_LIST_DIR}/gemm_onednn.cc)
+endif()
+if(CLIFFGUARD_WITH_OPENBLAS)
+  list(APPEND CG_CPU_KERNEL_SRCS ${CMAKE_CURRENT_LIST_DIR}/gemm_openblas.cc)
+endif()

@@ -1,0 +1,119 @@
+// GEMM kernel variants that call a BLAS library (internal): oneDNN's matmul
+// (cpu_f32_gemm_onednn, gemm_onednn.cc) and OpenBLAS's cblas_sgemm
+// (cpu_f32_gemm_openblas, gemm_openblas.cc). Each is built only when its library is
+// found at configure time (CLIFFGUARD_WITH_ONEDNN, CLIFFGUARD_WITH_OPENBLAS; see
+// cmake/CliffguardLibraries.cmake). They sit in CpuKernelVariants() after the
+// project's own AVX-512/AVX2 variants and before the portable reference, so the
+// built-in default never picks them; the tuner searches them like any variant.
+//
+// Both declare isa = kIsaAvx2: the libraries dispatch on the host themselves, and a
+// host below AVX2 keeps the portable reference as its only variant.
+//
+// BLAS semantics as GemmArgs states them: beta == 0 never reads C (C may hold NaN);
+// alpha == 0 never reads A or B (C = beta * C, done here without the library).
+//
+// Threads. cpu_f32_gemm_onednn: oneDNN runs on OpenMP (libgomp). Each call sets
+// the calling thread's OpenMP thread count (omp_set_num_threads, a per-thread
+// setting) to the schedule's `threads` and restores it after; with threads = 1
+// oneDNN runs on the calling thread and starts no OpenMP team. With threads > 1
+// libgomp keeps a team per calling thread, whose idle workers spin for
+// GOMP_SPINCOUNT (libgomp's default: 300000 spins) before they sleep, beside
+// cliffguard's own pool: on a 2-core host the own pool's next call then ran up to
+// 25x slower. libgomp reads its wait policy once at start, so the runtime cannot
+// change it: check() accepts threads > 1 only when the process environment has
+// OMP_WAIT_POLICY=passive (or GOMP_SPINCOUNT=0), and says so otherwise;
+// fit_defaults and candidates keep to threads = 1 then. libgomp cannot
+// start a team in a child of fork() on a thread that had one before the fork (it
+// waits forever for the parent's workers): a call with threads > 1 on such a thread
+// returns kFailedPrecondition instead of hanging (threads = 1 still runs).
+//
+// cpu_f32_gemm_openblas: OpenBLAS's thread count is process-global
+// (openblas_set_num_threads). The variant owns it: it is 1 whenever no call with
+// threads > 1 runs. Calls with threads = 1 run concurrently (shared lock); a call
+// with threads > 1 runs alone (exclusive lock) with the count set to `threads` and
+// back to 1 after, so every call uses exactly its schedule's threads. Code elsewhere
+// in the process must not change OpenBLAS's thread count while the variant runs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "cliffguard/kernel.h"
+
+namespace cliffguard::cpu {
+
+// Library variants in this build (the macros are the runtime's own compile
+// definitions: include this header from the runtime's sources only).
+inline constexpr size_t kNumLibraryVariants = 0
+#ifdef CLIFFGUARD_WITH_ONEDNN
+                                              + 1
+#endif
+#ifdef CLIFFGUARD_WITH_OPENBLAS
+                                              + 1
+#endif
+    ;
+
+inline constexpr int32_t kLibraryThreadValues[] = {1, 2, 4, 8, 16, 32, 64};
+inline constexpr int32_t kLibraryBoolValues[] = {0, 1};
+
+#ifdef CLIFFGUARD_WITH_ONEDNN
+enum OnednnParam : int { kOnednnThreads = 0, kOnednnReorderB };
+inline constexpr ParamSpec kOnednnSpecs[] = {
+    {"threads", kLibraryThreadValues, 1, "OpenMP threads oneDNN runs on (caller included); must be <= device threads"},
+    {"reorder_b", kLibraryBoolValues, 0,
+     "1 = B in oneDNN's preferred blocked layout (packed once for constant weights, else per call); 0 = B as stored"},
+};
+// fn.gemm: oneDNN matmul. Primitives are cached per calling thread, keyed by shape,
+// leading dimensions, beta and parameters (a thread_local map of at most 64 entries,
+// least recently used evicted): after its first call with a key the call allocates
+// nothing in this file (oneDNN's execute builds its own small argument map).
+// reorder_b = 1 without packed_b reorders B per call into a thread_local buffer in
+// the layout pack_weights writes, then runs like a packed call.
+Status OnednnGemm(const KernelVariant& self, const GemmArgs& args, const ParamValues& params);
+// OMP_WAIT_POLICY=passive or GOMP_SPINCOUNT=0 in the environment (read once).
+bool OmpWaitsPassively();
+// check(): threads <= device.threads; threads > 1 only with passive OpenMP waiting.
+Status OnednnCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
+// fit_defaults(): threads from the shape's work (as the project's own variants),
+// 1 without passive OpenMP waiting.
+void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
+// candidates: every (threads, reorder_b) pair check() accepts, the fitted threads
+// first, so the tuner measures each library schedule beside its own search.
+std::vector<ParamValues> OnednnCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
+// Packed weights: reorder_b = 0: op(B) dense as the key stores it (k x n, or n x k
+// with trans_b; leading dimension = row length). reorder_b = 1: the layout oneDNN
+// prefers (weights format_tag::any) for this key and threads, queried from a
+// primitive descriptor with dense A and C and beta = 0; calls with other leading
+// dimensions or beta run on a primitive created for that same layout.
+size_t OnednnPackedWeightsBytes(const KernelVariant& self, const OpKey& key, const ParamValues& params);
+Status OnednnPackWeights(const KernelVariant& self, const OpKey& key, const ParamValues& params, const void* weights,
+                         int64_t ld, void* dst);
+#endif
+
+#ifdef CLIFFGUARD_WITH_OPENBLAS
+enum OpenblasParam : int { kOpenblasThreads = 0 };
+inline constexpr ParamSpec kOpenblasSpecs[] = {
+    {"threads", kLibraryThreadValues, 1, "OpenBLAS threads (caller included); must be <= device threads"},
+};
+// fn.gemm: cblas_sgemm (CblasRowMajor). Leading dimensions above INT32_MAX are
+// refused per call (kInvalidArgument): the library takes 32-bit ints.
+Status OpenblasGemm(const KernelVariant& self, const GemmArgs& args, const ParamValues& params);
+// supports(): m, n and k fit cblas_sgemm's 32-bit int.
+Status OpenblasSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
+Status OpenblasCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
+void OpenblasFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
+// candidates: every threads <= device.threads, the fitted one first.
+std::vector<ParamValues> OpenblasCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
+#endif
+
+// Shared by both: C = beta * C over m x n (beta == 0 writes zeros, never reads C),
+// the whole call when alpha == 0.
+void ScaleC(const GemmArgs& args);
+// The largest value of kLibraryThreadValues within the device budget and the shape's
+// work (16 MFLOP per thread, as the project's own variants).
+int32_t LibraryThreadsFor(const OpKey& key, const DeviceInfo& device);
+// kLibraryThreadValues within the device budget, LibraryThreadsFor first.
+std::vector<int32_t> LibraryThreadCandidates(const OpKey& key, const DeviceInfo& device);
+
+}  // namespace cliffguard::cpu

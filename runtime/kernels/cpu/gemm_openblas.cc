@@ -1,0 +1,94 @@
+// cpu_f32_gemm_openblas: OpenBLAS cblas_sgemm as a kernel variant (contracts in
+// gemm_library.h).
+#include <pthread.h>
+
+#include <climits>
+#include <mutex>
+
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include "kernels/cpu/gemm_library.h"
+
+namespace cliffguard::cpu {
+namespace {
+
+// Guards OpenBLAS's process-global thread count: calls with threads = 1 hold it
+// shared (the count is 1 then), a call with threads > 1 exclusively. Writers are
+// preferred, so a stream of single-threaded calls cannot starve a threaded one.
+pthread_rwlock_t* ThreadCountLock() {
+  static pthread_rwlock_t* lock = [] {
+    auto* l = new pthread_rwlock_t;  // never destroyed: calls may run during exit
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(l, &attr);
+    pthread_rwlockattr_destroy(&attr);
+    openblas_set_num_threads(1);
+    return l;
+  }();
+  return lock;
+}
+
+class LockGuard {
+ public:
+  LockGuard(pthread_rwlock_t* l, bool exclusive) : l_(l) { exclusive ? pthread_rwlock_wrlock(l) : pthread_rwlock_rdlock(l); }
+  ~LockGuard() { pthread_rwlock_unlock(l_); }
+  LockGuard(const LockGuard&) = delete;
+  LockGuard& operator=(const LockGuard&) = delete;
+
+ private:
+  pthread_rwlock_t* l_;
+};
+
+}  // namespace
+
+Status OpenblasGemm(const KernelVariant& self, const GemmArgs& args, const ParamValues& params) {
+  if (args.dtype != DType::kF32)
+    return Unimplemented(fmt::format("{}: runs f32, not {}", self.name, DTypeName(args.dtype)));
+  if (args.alpha == 0.0f) {
+    ScaleC(args);
+    return Status::Ok();
+  }
+  if (args.lda > INT_MAX || args.ldb > INT_MAX || args.ldc > INT_MAX)
+    return InvalidArgument(fmt::format("{}: lda={}, ldb={}, ldc={}: cblas_sgemm takes leading dimensions <= {}",
+                                       self.name, args.lda, args.ldb, args.ldc, INT_MAX));
+  const int threads = params[kOpenblasThreads];
+  LockGuard lock(ThreadCountLock(), threads > 1);
+  if (threads > 1) openblas_set_num_threads(threads);
+  cblas_sgemm(CblasRowMajor, args.trans_a ? CblasTrans : CblasNoTrans, args.trans_b ? CblasTrans : CblasNoTrans,
+              int(args.m), int(args.n), int(args.k), args.alpha, static_cast<const float*>(args.a), int(args.lda),
+              static_cast<const float*>(args.b), int(args.ldb), args.beta, static_cast<float*>(args.c),
+              int(args.ldc));
+  if (threads > 1) openblas_set_num_threads(1);
+  return Status::Ok();
+}
+
+Status OpenblasSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& /*device*/) {
+  if (key.m() > INT_MAX || key.n() > INT_MAX || key.k() > INT_MAX)
+    return Unimplemented(fmt::format("{}: {}: cblas_sgemm takes 32-bit int m, n and k (<= {})", v.name, key.ToString(), INT_MAX));
+  return Status::Ok();
+}
+
+Status OpenblasCheck(const KernelVariant& v, const OpKey& /*key*/, const ParamValues& p, const DeviceInfo& device) {
+  if (p[kOpenblasThreads] > device.threads)
+    return InvalidArgument(
+        fmt::format("{}: threads={} must be <= device threads={}", v.name, p[kOpenblasThreads], device.threads));
+  return Status::Ok();
+}
+
+void OpenblasFitDefaults(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
+  p[kOpenblasThreads] = LibraryThreadsFor(key, device);
+}
+
+std::vector<ParamValues> OpenblasCandidates(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
+  std::vector<ParamValues> out;
+  for (int32_t threads : LibraryThreadCandidates(key, device)) {
+    ParamValues p{};
+    p[kOpenblasThreads] = threads;
+    out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace cliffguard::cpu

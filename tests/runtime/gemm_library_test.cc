@@ -1,0 +1,316 @@
+// Correctness of the library GEMM variants (runtime/kernels/cpu/gemm_library.h):
+// cpu_f32_gemm_onednn and cpu_f32_gemm_openblas against the double-precision
+// reference of GemmTester. One suite per variant, named like it (STYLE H2); the
+// suites skip when this build lacks the library (CLIFFGUARD_LIBRARY_VARIANTS, or
+// libdnnl-dev / libopenblas-dev not found at configure time).
+#include <strings.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cliffguard/kernel.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "runtime/gemm_tester.h"
+
+namespace cliffguard {
+namespace {
+
+using testing::GemmTester;
+
+const DeviceInfo& Host() {
+  static const DeviceInfo device = HostCpuDevice();
+  return device;
+}
+
+#define CG_REQUIRE_LIBRARY_VARIANT(var, name)                                                                 \
+  const KernelVariant* var = FindKernelVariant(name);                                                         \
+  if (var == nullptr) GTEST_SKIP() << "this build has no " << name << " (CLIFFGUARD_LIBRARY_VARIANTS=OFF, or its library was not found at configure time)"; \
+  if (!VariantRunsOn(*var, OpKind::kGemm, DType::kF32, Host()).ok()) GTEST_SKIP() << name << ": host lacks AVX2"
+
+int TwoThreads() { return std::min(Host().threads, 2); }
+
+Schedule With(const KernelVariant& v, std::vector<std::pair<std::string, int64_t>> named) {
+  auto s = Schedule::FromNamed(v.name, named);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? *s : Schedule{};
+}
+
+// Every layout, awkward sizes, padded leading dimensions, threads 1 and 2, each
+// value of the variant's other parameters.
+void Shapes(const KernelVariant& v, const std::vector<std::pair<std::string, int64_t>>& extra) {
+  const std::vector<std::array<int64_t, 3>> shapes = {{1, 1, 1},   {1, 7, 17},    {7, 17, 33},  {17, 1, 129},
+                                                      {33, 129, 7}, {129, 33, 17}, {1, 129, 129}, {64, 64, 64}};
+  uint32_t seed = 0;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb)
+      for (const auto& sh : shapes)
+        for (int pad = 0; pad < 2; ++pad) {
+          auto named = extra;
+          named.push_back({"threads", ++seed % 2 ? 1 : TwoThreads()});
+          GemmTester t;
+          t.shape(sh[0], sh[1], sh[2]).trans_a(ta).trans_b(tb).beta(seed % 3 ? 0.0f : 1.0f).nan_c(seed % 3).seed(seed);
+          if (pad) t.lda_pad(3).ldb_pad(5).ldc_pad(7);
+          if (!t.Test(With(v, named))) return;
+        }
+}
+
+void AlphaBeta(const KernelVariant& v, const std::vector<std::pair<std::string, int64_t>>& extra) {
+  auto named = extra;
+  named.push_back({"threads", TwoThreads()});
+  const Schedule s = With(v, named);
+  for (float alpha : {0.0f, 1.0f, -0.5f, 2.5f})
+    for (float beta : {0.0f, 1.0f, -0.5f, 2.5f}) {
+      GemmTester t;
+      t.shape(37, 45, 29).lda_pad(2).ldb_pad(1).ldc_pad(3).alpha(alpha).beta(beta).nan_c(beta == 0.0f);
+      if (!t.Test(s)) return;
+      t.trans_a(true).trans_b(true);
+      if (!t.Test(s)) return;
+    }
+}
+
+// alpha == 0 reads neither A nor B (both NaN here): C = beta * C.
+void AlphaZeroReadsNeitherAnorB(const KernelVariant& v) {
+  const float kNaN = std::numeric_limits<float>::quiet_NaN();
+  const int64_t m = 5, n = 6, k = 7;
+  std::vector<float> a(m * k, kNaN), b(k * n, kNaN), c(m * n, 2.0f);
+  GemmArgs args = DenseGemmArgs(OpKey::Gemm(m, n, k), a.data(), b.data(), c.data(), 0.0f, 0.5f);
+  ASSERT_TRUE(RunGemm(Schedule::Defaults(v), args).ok());
+  for (float x : c) ASSERT_EQ(x, 1.0f);
+  std::fill(c.begin(), c.end(), kNaN);
+  args.beta = 0.0f;
+  ASSERT_TRUE(RunGemm(Schedule::Defaults(v), args).ok());
+  for (float x : c) ASSERT_EQ(x, 0.0f);
+}
+
+void DefaultSchedules(const KernelVariant& v) {
+  for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {16, 768, 96}, {255, 17, 300}, {128, 96, 384}}) {
+    const OpKey key = OpKey::Gemm(m, n, k);
+    for (int threads : {1, 3, 64}) {
+      DeviceInfo d = Host();
+      d.threads = threads;
+      const Status st = CheckSchedule(VariantDefaultSchedule(v, key, d), key, d);
+      EXPECT_TRUE(st.ok()) << key.ToString() << " threads=" << threads << ": " << st.ToString();
+      ASSERT_NE(v.candidates, nullptr);
+      for (const ParamValues& p : v.candidates(v, key, d)) {
+        Schedule s{&v, p};
+        EXPECT_TRUE(CheckSchedule(s, key, d).ok()) << s.ToString();
+      }
+    }
+    GemmTester t;
+    t.shape(m, n, k).beta(0.0f).nan_c(true);
+    if (!t.Test(VariantDefaultSchedule(v, key, Host()))) return;
+  }
+}
+
+void CheckNamesThreads(const KernelVariant& v) {
+  DeviceInfo d = Host();
+  d.threads = 2;
+  Schedule s = With(v, {{"threads", 4}});
+  const Status st = CheckSchedule(s, OpKey::Gemm(8, 8, 8), d);
+  EXPECT_EQ(st.message(), std::string(v.name) + ": threads=4 must be <= device threads=2");
+}
+
+// Several serving threads call the same variant at once.
+void ConcurrentCallers(const KernelVariant& v, const std::vector<std::vector<std::pair<std::string, int64_t>>>& extras) {
+  std::vector<std::thread> threads;
+  for (int c = 0; c < 3; ++c)
+    threads.emplace_back([&v, &extras, c] {
+      for (int r = 0; r < 6; ++r) {
+        auto named = extras[size_t(c + r) % extras.size()];
+        named.push_back({"threads", (c + r) % 2 ? TwoThreads() : 1});
+        GemmTester t;
+        t.shape(45 + c, 71 + r, 67).trans_b(r % 3 == 0).beta(r % 2 ? 1.0f : 0.0f).nan_c(r % 2 == 0).seed(c * 100 + r);
+        if (!t.Test(With(v, named))) return;
+      }
+    });
+  for (auto& t : threads) t.join();
+}
+
+// ---- cpu_f32_gemm_onednn ----
+
+const std::vector<std::vector<std::pair<std::string, int64_t>>> kReorders = {{{"reorder_b", 0}}, {{"reorder_b", 1}}};
+
+TEST(cpu_f32_gemm_onednn, Shapes) {
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
+  for (const auto& extra : kReorders) Shapes(*v, extra);
+}
+
+TEST(cpu_f32_gemm_onednn, AlphaBeta) {
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
+  for (const auto& extra : kReorders) AlphaBeta(*v, extra);
+}
+
+TEST(cpu_f32_gemm_onednn, AlphaZeroReadsNeitherAnorB) {
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
+  AlphaZeroReadsNeitherAnorB(*v);
+}
+
+TEST(cpu_f32_gemm_onednn, DefaultSchedules) {
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
+  DefaultSchedules(*v);
+}
+
+TEST(cpu_f32_gemm_onednn, CheckNamesValueAndRule) {
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
+  CheckNamesThreads(*v);
+}
+
+// threads > 1 only when idle OpenMP workers sleep (they would starve cliffguard's
+// own pool): the environment of this process decides which way the check goes.
+TEST(cpu_f32_gemm_onednn, ThreadsNeedPassiveOpenMpWaiting) {
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  const bool passive = (policy && ::strcasecmp(policy, "passive") == 0) || (spin && std::string(spin) == "0");
+  DeviceInfo d = Host();
+  d.threads = 4;
+  const OpKey key = OpKey::Gemm(512, 512, 512);
+  const Status st = CheckSchedule(With(*v, {{"threads", 2}}), key, d);
+  if (passive) {
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(VariantDefaultSchedule(*v, key, d).params[0], 4);
+  } else {
+    EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(st.message().find("OMP_WAIT_POLICY=passive"), std::string::npos) << st.message();
+    EXPECT_EQ(VariantDefaultSchedule(*v, key, d).params[0], 1);
+    for (const ParamValues& p : v->candidates(*v, key, d)) EXPECT_EQ(p[0], 1);
+  }
+  EXPECT_TRUE(CheckSchedule(With(*v, {{"threads", 1}, {"reorder_b", 1}}), key, d).ok());
+}
+
+// Constant weights: packed once (dense for reorder_b = 0, oneDNN's layout for 1),
+// then every call reads only the packed copy, with any leading dimensions of A and C.
+TEST(cpu_f32_gemm_onednn, PackedWeights) {
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
+  ASSERT_NE(v->pack_weights, nullptr);
+  ASSERT_NE(v->packed_weights_bytes, nullptr);
+  uint32_t seed = 0;
+  for (int reorder_b = 0; reorder_b < 2; ++reorder_b)
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb)
+        for (const auto& sh : std::vector<std::array<int64_t, 3>>{{1, 17, 33}, {7, 129, 17}, {33, 7, 129}, {64, 64, 64}}) {
+          const Schedule s = With(*v, {{"reorder_b", reorder_b}, {"threads", ++seed % 2 ? 1 : TwoThreads()}});
+          EXPECT_GE(v->packed_weights_bytes(*v, OpKey::Gemm(sh[0], sh[1], sh[2], ta, tb), s.params),
+                    size_t(sh[1] * sh[2]) * sizeof(float));
+          GemmTester t;
+          t.shape(sh[0], sh[1], sh[2]).trans_a(ta).trans_b(tb).packed_weights(true).seed(seed);
+          if (seed % 2) t.lda_pad(2).ldb_pad(3).ldc_pad(1).beta(-0.5f).alpha(2.0f);
+          else t.beta(0.0f).nan_c(true);
+          if (!t.Test(s)) return;
+        }
+}
+
+TEST(cpu_f32_gemm_onednn, ConcurrentCallers) {
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
+  ConcurrentCallers(*v, kReorders);
+}
+
+// More shapes than the per-thread primitive cache holds: evictions, then every
+// shape again, still correct.
+TEST(cpu_f32_gemm_onednn, PrimitiveCacheEvicts) {
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
+  const Schedule s = With(*v, {{"threads", 1}});
+  for (int pass = 0; pass < 2; ++pass)
+    for (int64_t m = 1; m <= 80; ++m)
+      if (!GemmTester().shape(m, 9, 5).beta(m % 2 ? 1.0f : 0.0f).seed(uint32_t(m)).Test(s)) return;
+}
+
+// libgomp cannot start an OpenMP team in a child of fork() on a thread that had
+// one: such a call returns an error instead of hanging; threads = 1 still runs.
+TEST(cpu_f32_gemm_onednn, ThreadsInAChildOfForkFailCleanly) {
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
+  if (Host().threads < 2) GTEST_SKIP() << "needs 2 threads, the host budget is " << Host().threads;
+  const Schedule two = With(*v, {{"threads", 2}}), one = With(*v, {{"threads", 1}});
+  const GemmTester tester = GemmTester().shape(96, 80, 64).beta(0.5f);
+  ASSERT_TRUE(tester.Test(two));  // the parent's thread now has an OpenMP team
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::alarm(30);
+    std::vector<float> a(96 * 64, 1.0f), b(64 * 80, 1.0f), c(96 * 80);
+    const GemmArgs args = DenseGemmArgs(OpKey::Gemm(96, 80, 64), a.data(), b.data(), c.data());
+    const Status st = RunGemm(two, args);
+    const bool refused = st.code() == StatusCode::kFailedPrecondition && st.message().find("fork") != std::string::npos;
+    const bool one_runs = RunGemm(one, args).ok() && c[0] == 64.0f;
+    ::_exit(refused && one_runs ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status)) << "child ended by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0)
+                                 << " (SIGALRM: it hung starting an OpenMP team)";
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0);
+  EXPECT_TRUE(tester.Test(two));
+}
+
+// ---- cpu_f32_gemm_openblas ----
+
+const std::vector<std::vector<std::pair<std::string, int64_t>>> kNoExtra = {{}};
+
+TEST(cpu_f32_gemm_openblas, Shapes) {
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_openblas");
+  Shapes(*v, {});
+}
+
+TEST(cpu_f32_gemm_openblas, AlphaBeta) {
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_openblas");
+  AlphaBeta(*v, {});
+}
+
+TEST(cpu_f32_gemm_openblas, AlphaZeroReadsNeitherAnorB) {
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_openblas");
+  AlphaZeroReadsNeitherAnorB(*v);
+}
+
+TEST(cpu_f32_gemm_openblas, DefaultSchedules) {
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_openblas");
+  DefaultSchedules(*v);
+}
+
+TEST(cpu_f32_gemm_openblas, CheckNamesValueAndRule) {
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_openblas");
+  CheckNamesThreads(*v);
+  EXPECT_EQ(v->pack_weights, nullptr);  // constant weights run from a dense copy
+  const Status st = VariantSupports(*v, OpKey::Gemm(int64_t{1} << 31, 1, 1), Host());
+  EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(st.message().find("32-bit"), std::string::npos) << st.message();
+}
+
+TEST(cpu_f32_gemm_openblas, ConcurrentCallers) {
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_openblas");
+  ConcurrentCallers(*v, kNoExtra);
+}
+
+// ---- Their place in the table ----
+
+// After the project's own variants, before the portable reference: the built-in
+// default never picks a library variant.
+TEST(CpuGemmTable, LibraryVariantsSitBeforeTheReference) {
+  const auto all = cpu::CpuKernelVariants();
+  std::vector<size_t> library;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (std::string(all[i].name) == "cpu_f32_gemm_onednn" || std::string(all[i].name) == "cpu_f32_gemm_openblas")
+      library.push_back(i);
+  if (library.empty()) GTEST_SKIP() << "this build has no library variants";
+  EXPECT_EQ(library.back() + 1, all.size() - 1);
+  EXPECT_STREQ(all.back().name, "cpu_f32_gemm_4x4__scalar");
+  for (size_t i = 0; i < library.size(); ++i) EXPECT_EQ(library[i], library[0] + i);
+  for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {1, 768, 768}, {64, 64, 64}, {33, 1, 7}})
+    for (int t = 0; t < 4; ++t) {
+      auto s = DefaultSchedule(OpKey::Gemm(m, n, k, t & 1, t >> 1), Host());
+      ASSERT_TRUE(s.ok());
+      for (size_t i : library) EXPECT_STRNE(s->variant->name, all[i].name) << s->ToString();
+    }
+}
+
+}  // namespace
+}  // namespace cliffguard
