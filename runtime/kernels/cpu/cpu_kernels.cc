@@ -36,7 +36,6 @@ Status GemmEntry(const KernelVariant& self, const GemmArgs& args, const ParamVal
   return GemmF32(args, BlockingFromParams(params), kUkernel, MR, NR);
 }
 
-<<<<<<< HEAD
 size_t GemmPackedWeightsBytes(const KernelVariant& self, const OpKey& key, const ParamValues& /*params*/) {
   return static_cast<size_t>(PackedWeightsFloats(key.n(), key.k(), self.config.gemm.nr)) * sizeof(float);
 }
@@ -48,7 +47,8 @@ Status GemmPackWeights(const KernelVariant& self, const OpKey& key, const ParamV
   PackWeightsF32(static_cast<const float*>(weights), ld, key.trans_b, key.n(), key.k(), params[kParamKc],
                  self.config.gemm.nr, static_cast<float*>(dst));
   return Status::Ok();
-=======
+}
+
 // The table: `own` (the inventories, the portable reference last) with `library`
 // inserted before its last row.
 template <size_t N, size_t L>
@@ -60,7 +60,6 @@ constexpr std::array<KernelVariant, N + L> BeforeLast(const std::array<KernelVar
   for (size_t i = 0; i < L; ++i) out[N - 1 + i] = library[i];
   out[N + L - 1] = own[N - 1];
   return out;
->>>>>>> libvar
 }
 
 }  // namespace
