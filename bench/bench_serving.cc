@@ -8,6 +8,7 @@
 //
 //   build/bench/bench_serving [--bundle=a.cgb,b.cgb] [--benchmark_filter=...]
 //       [--benchmark_repetitions=5 --benchmark_enable_random_interleaving=true]
+//   build/bench/bench_serving --print_workload   (the shapes, as a `tune --workload` file)
 //
 // Rows: packed/ (the packed GEMM's default, m <= 16), default/ (the built-in default,
 // what a miss runs per call), default_packed/ (the same through a constant-weights
@@ -396,6 +397,15 @@ int main(int argc, char** argv) {
   bool json = false;
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--benchmark_format=json") == 0) json = true;
+    if (std::strcmp(argv[i], "--print_workload") == 0) {  // the shapes as a tuner workload (constant weights)
+      for (const auto& s : cliffguard::Shapes())
+        for (bool nt : {false, true}) {
+          cliffguard::OpKey key = cliffguard::OpKey::Gemm(s.m, s.n, s.k, false, nt);
+          key.constant_weights = true;
+          std::printf("%s\n", key.ToString().c_str());
+        }
+      return 0;
+    }
     if (std::strncmp(argv[i], "--bundle=", 9) == 0) {
       std::string list = argv[i] + 9;
       for (size_t pos = 0; pos <= list.size();) {

@@ -134,15 +134,18 @@ Schedule VariantDefaultSchedule(const KernelVariant& v, const OpKey& key, const 
 StatusOr<Schedule> DefaultSchedule(const OpKey& key, const DeviceInfo& device) {
   CG_RETURN_IF_ERROR(key.Validate());
   std::string reasons;
-  for (const auto& v : AllKernelVariants()) {
-    Status st = VariantSupports(v, key, device);
-    if (st.ok()) {
-      Schedule s = VariantDefaultSchedule(v, key, device);
-      st = CheckSchedule(s, key, device);
-      if (st.ok()) return s;
+  const uint8_t cls = static_cast<uint8_t>(1u << static_cast<unsigned>(ShapeClassOf(key)));
+  for (const bool preferred : {true, false})
+    for (const auto& v : AllKernelVariants()) {
+      if (preferred && !(v.default_for_classes & cls)) continue;
+      Status st = VariantSupports(v, key, device);
+      if (st.ok()) {
+        Schedule s = VariantDefaultSchedule(v, key, device);
+        st = CheckSchedule(s, key, device);
+        if (st.ok()) return s;
+      }
+      if (!preferred) reasons += fmt::format("\n  {}", st.message());
     }
-    reasons += fmt::format("\n  {}", st.message());
-  }
   return Unimplemented(fmt::format("no kernel variant runs {} on {}:{}", key.ToString(), device.fingerprint, reasons));
 }
 

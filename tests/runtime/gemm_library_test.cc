@@ -304,12 +304,22 @@ TEST(CpuGemmTable, LibraryVariantsSitBeforeTheReference) {
   EXPECT_EQ(library.back() + 1, all.size() - 1);
   EXPECT_STREQ(all.back().name, "cpu_f32_gemm_4x4__scalar");
   for (size_t i = 0; i < library.size(); ++i) EXPECT_EQ(library[i], library[0] + i);
+  // Skinny and small keys default to the own kernels; large ones to OpenBLAS (the
+  // measured rule, cpu_kernels.cc), when this build has it.
   for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {1, 768, 768}, {64, 64, 64}, {33, 1, 7}})
     for (int t = 0; t < 4; ++t) {
       auto s = DefaultSchedule(OpKey::Gemm(m, n, k, t & 1, t >> 1), Host());
       ASSERT_TRUE(s.ok());
       for (size_t i : library) EXPECT_STRNE(s->variant->name, all[i].name) << s->ToString();
     }
+  if (!FindKernelVariant("cpu_f32_gemm_openblas")) return;
+  for (int t = 0; t < 4; ++t) {
+    const OpKey large = OpKey::Gemm(128, 768, 768, t & 1, t >> 1);
+    ASSERT_EQ(ShapeClassOf(large), ShapeClass::kLarge);
+    auto s = DefaultSchedule(large, Host());
+    ASSERT_TRUE(s.ok());
+    EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_openblas") << s->ToString();
+  }
 }
 
 }  // namespace

@@ -49,6 +49,8 @@ Status GemmPackWeights(const KernelVariant& self, const OpKey& key, const ParamV
   return Status::Ok();
 }
 
+constexpr uint8_t kDefaultForLarge = 1u << static_cast<unsigned>(ShapeClass::kLarge);
+
 // The table: `own` (the inventories, the portable reference last) with `library`
 // inserted before its last row.
 template <size_t N, size_t L>
@@ -146,9 +148,12 @@ std::span<const KernelVariant> CpuKernelVariants() {
        &OnednnPackedWeightsBytes, &OnednnPackWeights},
 #endif
 #ifdef CLIFFGUARD_WITH_OPENBLAS
+      // The built-in default of large keys: measured 1.00-1.28x the own packed
+      // default across the serving shapes of that class (bench/RESULTS.md, "Built-in
+      // default per shape class"); skinny and small keys keep the own kernels.
       {"cpu_f32_gemm_openblas", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaAvx2, kOpenblasSpecs,
        &OpenblasSupports, &OpenblasCheck, &OpenblasFitDefaults, {.gemm = &OpenblasGemm}, {.gemm = {1, 1}},
-       &OpenblasCandidates},
+       &OpenblasCandidates, nullptr, nullptr, nullptr, kDefaultForLarge},
 #endif
   }};
   static constexpr auto kVariants = BeforeLast(kOwn, kLibrary);
