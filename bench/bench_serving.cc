@@ -97,9 +97,9 @@ std::vector<std::unique_ptr<Runtime>> g_runtimes;  // kept alive for the plans
 // A runtime with the thread budget, with the --bundle files or with none (every
 // key then misses and runs the built-in default).
 Runtime* RuntimeFor(int threads, bool with_bundles = true) {
-  const size_t want = with_bundles ? g_bundles.size() : 0;
-  for (auto& r : g_runtimes)
-    if (r->device().threads == threads && r->LoadReports().size() == want) return r.get();
+  static std::vector<std::pair<int, bool>> kinds;  // of g_runtimes, index by index
+  for (size_t i = 0; i < kinds.size(); ++i)
+    if (kinds[i] == std::pair(threads, with_bundles)) return g_runtimes[i].get();
   RuntimeOptions o;
   o.threads = threads;
   o.warn_on_miss = false;
@@ -108,6 +108,7 @@ Runtime* RuntimeFor(int threads, bool with_bundles = true) {
   if (with_bundles)
     for (const auto& b : g_bundles) (void)(*rt)->LoadBundleFile(b);
   g_runtimes.push_back(std::move(*std::move(rt)));
+  kinds.emplace_back(threads, with_bundles);
   return g_runtimes.back().get();
 }
 
@@ -253,6 +254,7 @@ void RegisterShape(const Shape& s, bool nt, int threads) {
                   x.b.data(), nt ? s.k : s.n, 0.0f, x.c.data(), s.n);
     }
     SetCounters(st, s);
+    openblas_set_num_threads(1);  // as the runtime's OpenBLAS variant expects it
   })->UseRealTime();
 #endif
 }

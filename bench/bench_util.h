@@ -15,10 +15,15 @@ namespace cliffguard::bench {
 // OpenBLAS picks its core when the library loads, and this environment forces an
 // older one (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE): unset both and re-execute this
 // binary once so that OpenBLAS chooses by cpuid. Call first thing in main().
+// Also sets OMP_WAIT_POLICY=passive unless it is set: oneDNN's idle OpenMP workers
+// would otherwise spin after each oneDNN row and slow the rows after it (the serving
+// configuration the library variants require for threads > 1, README).
 inline void ReexecWithoutOpenblasOverrides(char** argv) {
-  if (!std::getenv("OPENBLAS_CORETYPE") && !std::getenv("OPENBLAS_L2_SIZE")) return;
+  const bool omp = std::getenv("OMP_WAIT_POLICY") != nullptr;
+  if (!std::getenv("OPENBLAS_CORETYPE") && !std::getenv("OPENBLAS_L2_SIZE") && omp) return;
   ::unsetenv("OPENBLAS_CORETYPE");
   ::unsetenv("OPENBLAS_L2_SIZE");
+  if (!omp) ::setenv("OMP_WAIT_POLICY", "passive", 1);
   ::execv("/proc/self/exe", argv);
   std::perror("re-exec without OPENBLAS_CORETYPE failed; OpenBLAS keeps the forced core");
 }

@@ -459,6 +459,9 @@ class TuneRun {
         sum.remeasured = true;
       }
     }
+    // The default schedule also measured as a trial (a library's proposal) is one
+    // schedule: its entry compares the default with itself.
+    if (ks.def && ks.def->ok && out.best == ks.def->schedule) out.tuned_us = out.default_us;
     sum.has_best = true;
     sum.best = out.best;
     sum.tuned_us = out.tuned_us;

@@ -8,6 +8,9 @@
 // Hit path (Gemm on a cached key, GemmPlan::Run on a hit plan): no lock, no
 // allocation, no string work, no syscall. The dispatch table is immutable once
 // built; loading or reloading bundles builds a new table and swaps it atomically.
+// (That is the dispatch. A schedule of a library variant then runs the library's
+// call, which may take a lock of its own (OpenBLAS: a shared one around its global
+// thread count) or allocate (oneDNN: its argument map).)
 //
 // Miss path: never fails the call because of the miss. Counted exactly per key
 // (no lost counts under concurrency), warned once per key through the cliffguard

@@ -55,7 +55,12 @@ Status OpenblasGemm(const KernelVariant& self, const GemmArgs& args, const Param
                                        self.name, args.lda, args.ldb, args.ldc, INT_MAX));
   const int threads = params[kOpenblasThreads];
   LockGuard lock(ThreadCountLock(), threads > 1);
-  if (threads > 1) openblas_set_num_threads(threads);
+  if (threads > 1) {
+    openblas_set_num_threads(threads);
+  } else if (openblas_get_num_threads() != 1) {
+    // Changed by code outside this variant; every holder of the shared lock wants 1.
+    openblas_set_num_threads(1);
+  }
   cblas_sgemm(CblasRowMajor, args.trans_a ? CblasTrans : CblasNoTrans, args.trans_b ? CblasTrans : CblasNoTrans,
               int(args.m), int(args.n), int(args.k), args.alpha, static_cast<const float*>(args.a), int(args.lda),
               static_cast<const float*>(args.b), int(args.ldb), args.beta, static_cast<float*>(args.c),

@@ -277,19 +277,9 @@ Status GemmPlan::Dispatch(GemmArgs& args) const {
 
 namespace {
 GemmArgs PlanArgs(const OpKey& key, const float* a, int64_t lda, float* c, int64_t ldc, float alpha, float beta) {
-  GemmArgs args;
-  args.dtype = key.dtype;
-  args.trans_a = key.trans_a;
-  args.trans_b = key.trans_b;
-  args.m = key.dims[0];
-  args.n = key.dims[1];
-  args.k = key.dims[2];
-  args.a = a;
+  GemmArgs args = DenseGemmArgs(key, a, nullptr, c, alpha, beta);
   args.lda = lda;
-  args.c = c;
   args.ldc = ldc;
-  args.alpha = alpha;
-  args.beta = beta;
   return args;
 }
 }  // namespace
