@@ -329,19 +329,22 @@ class VerdictReporter final : public benchmark::BenchmarkReporter {
   bool ReportContext(const Context& c) override { return inner_->ReportContext(c); }
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& r : runs)
-      if (r.run_type == Run::RT_Iteration && !r.error_occurred)
-        times_[r.run_name.function_name + (r.run_name.args.empty() ? "" : "/" + r.run_name.args)].push_back(
-            r.GetAdjustedRealTime());
+      if (r.run_type == Run::RT_Iteration && !r.error_occurred) {
+        const std::string name = r.run_name.function_name + (r.run_name.args.empty() ? "" : "/" + r.run_name.args);
+        times_[name].push_back(r.GetAdjustedRealTime());
+        labels_[name] = r.report_label.starts_with("miss: ") ? r.report_label.substr(6) : r.report_label;
+      }
     inner_->ReportRuns(runs);
   }
   void Finalize() override { inner_->Finalize(); }
 
   // Every tuned row against its default row (tuned/ vs default/, tuned_packed/ vs
-  // default_packed/): median and half interquartile range over the repetitions.
-  // Returns the number of rows slower than their default beyond the noise:
-  // max(2% of the default, the mean of the two spreads), the tuner's own rule.
+  // default_packed/) whose schedule differs (a shipped default is the same schedule):
+  // median and half interquartile range over the repetitions. Returns the number of
+  // rows slower than their default beyond the noise: max(2% of the default, the mean
+  // of the two spreads), the tuner's own rule.
   int Verdict() const {
-    int slower = 0, compared = 0;
+    int slower = 0, compared = 0, same = 0;
     for (const auto& [name, tuned] : times_) {
       for (const std::string_view prefix : {"tuned/", "tuned_packed/"}) {
         if (!name.starts_with(prefix)) continue;
@@ -349,6 +352,10 @@ class VerdictReporter final : public benchmark::BenchmarkReporter {
         const std::string def_name = (prefix == "tuned/" ? "default/" : "default_packed/") + rest;
         auto it = times_.find(def_name);
         if (it == times_.end()) continue;
+        if (labels_.at(name) == labels_.at(def_name)) {
+          ++same;
+          continue;
+        }
         const auto [tm, ts] = MedianSpread(tuned);
         const auto [dm, ds] = MedianSpread(it->second);
         const double noise = std::max(0.02 * dm, 0.5 * (ts + ds));
@@ -360,8 +367,10 @@ class VerdictReporter final : public benchmark::BenchmarkReporter {
         }
       }
     }
-    std::fprintf(stderr, "verdict: %d tuned rows compared with their default, %d slower beyond noise\n", compared,
-                 slower);
+    std::fprintf(stderr,
+                 "verdict: %d tuned rows with a schedule of their own compared with their default, %d slower beyond "
+                 "noise (%d rows run the default schedule itself)\n",
+                 compared, slower, same);
     return slower;
   }
 
@@ -377,6 +386,7 @@ class VerdictReporter final : public benchmark::BenchmarkReporter {
   }
   std::unique_ptr<benchmark::BenchmarkReporter> inner_;
   std::map<std::string, std::vector<double>> times_;
+  std::map<std::string, std::string> labels_;  // the schedule each row ran
 };
 
 void RegisterAll() {
