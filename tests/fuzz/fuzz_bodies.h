@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -36,11 +37,14 @@ inline Runtime& FuzzRuntime() {
   return *rt;
 }
 
-// Dispatches one small gemm through the per-call and the plan path, on operands of
-// exactly the minimum size (no slack for an overrun to hide in), and checks the
-// result: a bundle chooses among valid schedules, every one of which is correct.
-inline void FuzzDispatch(Runtime& rt, const OpKey& key) {
-  if (key.op != OpKind::kGemm || key.dtype != DType::kF32) return;
+// Dispatches one small gemm through the per-call path, a plan and a constant-weight
+// plan (whichever of the key's two forms the bundle holds), on operands of exactly
+// the minimum size (no slack for an overrun to hide in), and checks the results: a
+// bundle chooses among valid schedules, every one of which is correct.
+inline void FuzzDispatch(Runtime& rt, const OpKey& bundle_key) {
+  if (bundle_key.op != OpKind::kGemm || bundle_key.dtype != DType::kF32) return;
+  OpKey key = bundle_key;
+  key.constant_weights = false;  // the per-call form
   const int64_t m = key.m(), n = key.n(), k = key.k();
   if (m < 1 || n < 1 || k < 1 || m > 48 || n > 48 || k > 48) return;
   std::vector<float> a(size_t(m * k), 0.5f), b(size_t(k * n), 0.25f), c(size_t(m * n), 0.0f);
@@ -54,6 +58,14 @@ inline void FuzzDispatch(Runtime& rt, const OpKey& key) {
   if (plan.ok()) {
     st = plan->Run(a.data(), g.lda, b.data(), g.ldb, c.data(), g.ldc, 1.0f, 1.0f);
     CG_FUZZ_CHECK(st.ok());
+  }
+  auto packed = rt.PlanGemm(key, b.data(), g.ldb);
+  CG_FUZZ_CHECK(packed.ok());
+  if (packed.ok()) {
+    std::fill(c.begin(), c.end(), 0.0f);
+    st = packed->Run(a.data(), g.lda, c.data(), g.ldc);
+    CG_FUZZ_CHECK(st.ok());
+    for (float x : c) CG_FUZZ_CHECK(x > want * 0.999f && x < want * 1.001f);
   }
 }
 
