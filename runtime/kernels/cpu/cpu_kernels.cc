@@ -66,34 +66,23 @@ constexpr std::array<KernelVariant, N + L> BeforeLast(const std::array<KernelVar
 
 }  // namespace
 
-int32_t LibraryThreadsFor(const OpKey& key, const DeviceInfo& device) {
+int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device) {
   const double work = key.Flops() / kFlopsPerThread;
   const int64_t limit = std::max<int64_t>(1, std::min<double>(device.threads, std::max(1.0, work)));
   int32_t threads = 1;
-  for (int32_t t : kLibraryThreadValues)
+  for (int32_t t : kGemmThreadValues)
     if (t <= limit) threads = t;
   return threads;
 }
 
 std::vector<int32_t> LibraryThreadCandidates(const OpKey& key, const DeviceInfo& device) {
-  const int32_t fitted = LibraryThreadsFor(key, device);
+  const int32_t fitted = ThreadsForWork(key, device);
   std::vector<int32_t> out{fitted};
-  for (int32_t t : kLibraryThreadValues)
+  for (int32_t t : kGemmThreadValues)
     if (t <= device.threads && t != fitted) out.push_back(t);
   return out;
 }
 
-void ScaleC(const GemmArgs& args) {
-  float* c = static_cast<float*>(args.c);
-  for (int64_t i = 0; i < args.m; ++i) {
-    float* row = c + i * args.ldc;
-    if (args.beta == 0.0f) {
-      std::fill(row, row + args.n, 0.0f);
-    } else {
-      for (int64_t j = 0; j < args.n; ++j) row[j] *= args.beta;
-    }
-  }
-}
 
 Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device) {
   const GemmConfig& tile = v.config.gemm;
@@ -111,11 +100,7 @@ Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p,
 }
 
 void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
-  const double work = key.Flops() / kFlopsPerThread;
-  const int64_t limit = std::max<int64_t>(1, std::min<double>(device.threads, std::max(1.0, work)));
-  int32_t threads = 1;
-  for (int32_t t : kGemmThreadValues)
-    if (t <= limit) threads = t;
+  const int32_t threads = ThreadsForWork(key, device);
   p[kParamThreads] = threads;
   const GemmConfig& tile = v.config.gemm;
   const int64_t n_panels = (key.n() + tile.nr - 1) / tile.nr, m_panels = (key.m() + tile.mr - 1) / tile.mr;

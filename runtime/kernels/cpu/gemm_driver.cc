@@ -292,6 +292,9 @@ void RunThread(void* ctx, int tid, int nt) {
   }
 }
 
+
+}  // namespace
+
 void ScaleC(const GemmArgs& a) {
   float* c = static_cast<float*>(a.c);
   for (int64_t i = 0; i < a.m; ++i) {
@@ -303,8 +306,6 @@ void ScaleC(const GemmArgs& a) {
     }
   }
 }
-
-}  // namespace
 
 int64_t PackedWeightsFloats(int64_t n, int64_t k, int nr) { return k * RoundUp(n, nr); }
 

@@ -46,6 +46,10 @@ Status GemmF32(const GemmArgs& args, const GemmBlocking& blk, UkernelFn ukernel,
 // pc * RoundUp(n, nr) + Q * nr * kcb; element (p, j) of a panel at [p * nr + j].
 // Independent of mc, nc, par and threads.
 int64_t PackedWeightsFloats(int64_t n, int64_t k, int nr);
+
+// C = beta * C (beta == 0: C is not read): a call with alpha == 0, which reads
+// neither A nor B (BLAS semantics). Every CPU GEMM variant uses it.
+void ScaleC(const GemmArgs& args);
 void PackWeightsF32(const float* b, int64_t ldb, bool trans_b, int64_t n, int64_t k, int64_t kc, int nr, float* dst);
 
 }  // namespace cliffguard::cpu

@@ -40,6 +40,8 @@
 #include <vector>
 
 #include "cliffguard/kernel.h"
+#include "kernels/cpu/gemm_driver.h"  // ScaleC
+#include "kernels/cpu/gemm_params.h"  // kGemmThreadValues, ThreadsForWork
 
 namespace cliffguard::cpu {
 
@@ -54,13 +56,12 @@ inline constexpr size_t kNumLibraryVariants = 0
 #endif
     ;
 
-inline constexpr int32_t kLibraryThreadValues[] = {1, 2, 4, 8, 16, 32, 64};
 inline constexpr int32_t kLibraryBoolValues[] = {0, 1};
 
 #ifdef CLIFFGUARD_WITH_ONEDNN
 enum OnednnParam : int { kOnednnThreads = 0, kOnednnReorderB };
 inline constexpr ParamSpec kOnednnSpecs[] = {
-    {"threads", kLibraryThreadValues, 1, "OpenMP threads oneDNN runs on (caller included); must be <= device threads"},
+    {"threads", kGemmThreadValues, 1, "OpenMP threads oneDNN runs on (caller included); must be <= device threads"},
     {"reorder_b", kLibraryBoolValues, 0,
      "1 = B in oneDNN's preferred blocked layout (packed once for constant weights, else per call); 0 = B as stored"},
 };
@@ -94,7 +95,7 @@ Status OnednnPackWeights(const KernelVariant& self, const OpKey& key, const Para
 #ifdef CLIFFGUARD_WITH_OPENBLAS
 enum OpenblasParam : int { kOpenblasThreads = 0 };
 inline constexpr ParamSpec kOpenblasSpecs[] = {
-    {"threads", kLibraryThreadValues, 1, "OpenBLAS threads (caller included); must be <= device threads"},
+    {"threads", kGemmThreadValues, 1, "OpenBLAS threads (caller included); must be <= device threads"},
 };
 // fn.gemm: cblas_sgemm (CblasRowMajor). Leading dimensions above INT32_MAX are
 // refused per call (kInvalidArgument): the library takes 32-bit ints.
@@ -109,11 +110,7 @@ std::vector<ParamValues> OpenblasCandidates(const KernelVariant& v, const OpKey&
 
 // Shared by both: C = beta * C over m x n (beta == 0 writes zeros, never reads C),
 // the whole call when alpha == 0.
-void ScaleC(const GemmArgs& args);
-// The largest value of kLibraryThreadValues within the device budget and the shape's
-// work (16 MFLOP per thread, as the project's own variants).
-int32_t LibraryThreadsFor(const OpKey& key, const DeviceInfo& device);
-// kLibraryThreadValues within the device budget, LibraryThreadsFor first.
+// kGemmThreadValues within the device budget, ThreadsForWork (gemm_params.h) first.
 std::vector<int32_t> LibraryThreadCandidates(const OpKey& key, const DeviceInfo& device);
 
 }  // namespace cliffguard::cpu

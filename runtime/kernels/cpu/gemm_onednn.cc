@@ -328,7 +328,7 @@ Status OnednnCheck(const KernelVariant& v, const OpKey& /*key*/, const ParamValu
 }
 
 void OnednnFitDefaults(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
-  p[kOnednnThreads] = OmpWaitsPassively() ? LibraryThreadsFor(key, device) : 1;
+  p[kOnednnThreads] = OmpWaitsPassively() ? ThreadsForWork(key, device) : 1;
 }
 
 std::vector<ParamValues> OnednnCandidates(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {

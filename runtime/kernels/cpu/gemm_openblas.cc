@@ -83,7 +83,7 @@ Status OpenblasCheck(const KernelVariant& v, const OpKey& /*key*/, const ParamVa
 }
 
 void OpenblasFitDefaults(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
-  p[kOpenblasThreads] = LibraryThreadsFor(key, device);
+  p[kOpenblasThreads] = ThreadsForWork(key, device);
 }
 
 std::vector<ParamValues> OpenblasCandidates(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {

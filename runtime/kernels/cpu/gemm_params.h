@@ -73,6 +73,11 @@ struct GemmParamSet {
   };
 };
 
+// The threads a call of this key gets by default, for every CPU GEMM variant (own
+// and library): the largest of kGemmThreadValues within the device budget and the
+// shape's work (16 MFLOP per thread).
+int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device);
+
 // check(): mc % mr, nc % nr, threads <= device.threads, pack_b=0 only without trans_b.
 Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
 // fit_defaults(): threads from the shape's work and the device budget; par = 1 when
