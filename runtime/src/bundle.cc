@@ -143,7 +143,8 @@ std::vector<uint8_t> SerializeBundle(const BundleSpec& spec) {
     auto key = WriteKey(fbb, e.key);
     auto sched = WriteSchedule(fbb, e.schedule);
     entries.push_back(fb::CreateEntry(fbb, key, sched, e.tuned_us, e.default_us, e.trials, e.tuned_at,
-                                      fbb.CreateSharedString(e.provenance), e.tuned_spread_us, e.default_spread_us));
+                                      fbb.CreateSharedString(e.provenance), e.tuned_spread_us, e.default_spread_us,
+                                      e.bucket_lo, e.bucket_hi));
   }
   std::vector<flatbuffers::Offset<fb::OpDefault>> defaults;
   for (const BundleOpDefault& d : spec.defaults)
@@ -242,6 +243,8 @@ StatusOr<BundleSpec> ParseBundle(std::span<const uint8_t> bytes, std::string_vie
       out.default_us = e->default_us();
       out.tuned_spread_us = e->tuned_spread_us();
       out.default_spread_us = e->default_spread_us();
+      out.bucket_lo = e->bucket_lo();
+      out.bucket_hi = e->bucket_hi();
       out.trials = e->trials();
       out.tuned_at = e->tuned_at();
       out.provenance = Str(e->provenance());
@@ -285,8 +288,14 @@ ResolvedBundle ResolveVerifiedBundle(const fb::Bundle& b, const DeviceInfo& devi
       r.key = *key;
       r.tuned_us = e->tuned_us();
       r.default_us = e->default_us();
+      r.bucket_lo = e->bucket_lo();
+      r.bucket_hi = e->bucket_hi();
       EntryRejection why;
       Status st = resolver.Resolve(e->schedule(), r.schedule, why);
+      if (Status b = CheckBucket(r.key, r.bucket_lo, r.bucket_hi); !b.ok()) {
+        st = b;
+        why = EntryRejection::kBadKey;
+      }
       if (st.ok()) {
         why = EntryRejection::kUnsupported;
         st = CheckSchedule(r.schedule, r.key, device);
@@ -335,6 +344,16 @@ ResolvedBundle ResolveVerifiedBundle(const fb::Bundle& b, const DeviceInfo& devi
     }
   }
   return out;
+}
+
+Status CheckBucket(const OpKey& key, int64_t lo, int64_t hi) {
+  if (lo == 0 && hi == 0) return Status::Ok();
+  const int64_t v = key.dims[kVaryingDim];
+  constexpr int64_t kMax = int64_t{1} << 31;
+  if (!(lo >= 1 && lo <= v && v <= hi && hi <= kMax))
+    return InvalidArgument(fmt::format("bucket [{}, {}] of {} must satisfy 1 <= lo <= {}={} <= hi <= 2^31",
+                                       lo, hi, key.ToString(), VaryingDimName(key.op), v));
+  return Status::Ok();
 }
 
 ResolvedBundle ResolveBundle(const BundleSpec& spec, const DeviceInfo& device) {

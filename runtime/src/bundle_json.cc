@@ -91,6 +91,7 @@ std::string BundleToJson(const BundleSpec& spec, int indent) {
       entry["tuned_spread_us"] = e.tuned_spread_us;
       entry["default_spread_us"] = e.default_spread_us;
     }
+    if (e.bucket_lo != 0 || e.bucket_hi != 0) entry["bucket"] = ordered_json::array({e.bucket_lo, e.bucket_hi});
     entry["trials"] = e.trials;
     entry["tuned_at"] = e.tuned_at;
     entry["provenance"] = e.provenance;
@@ -164,6 +165,13 @@ StatusOr<BundleSpec> BundleFromJson(std::string_view text) {
       out.default_us = er.Number(e, "default_us", false);
       out.tuned_spread_us = er.Number(e, "tuned_spread_us", false);
       out.default_spread_us = er.Number(e, "default_spread_us", false);
+      if (e.contains("bucket")) {
+        const auto& b = e["bucket"];
+        if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer())
+          return InvalidArgument(fmt::format("bundle.entries[{}].bucket: must be [lo, hi], two integers", i));
+        out.bucket_lo = b[0].get<int64_t>();
+        out.bucket_hi = b[1].get<int64_t>();
+      }
       out.trials = static_cast<uint32_t>(er.Int(e, "trials", false, 0, UINT32_MAX));
       out.tuned_at = er.UInt(e, "tuned_at", false);
       out.provenance = er.String(e, "provenance", false);

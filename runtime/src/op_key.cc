@@ -51,6 +51,9 @@ std::string NameList(const Info (&rows)[N]) {
 }  // namespace
 
 const char* OpKindName(OpKind op) { return static_cast<uint8_t>(op) < kNumOpKinds ? InfoOf(op).name : "?"; }
+std::string_view VaryingDimName(OpKind op) {
+  return static_cast<uint8_t>(op) < kNumOpKinds ? DimNames(op)[kVaryingDim] : "?";
+}
 const char* DTypeName(DType d) { return static_cast<uint8_t>(d) < kNumDTypes ? InfoOf(d).name : "?"; }
 size_t DTypeSize(DType d) { return static_cast<uint8_t>(d) < kNumDTypes ? size_t(InfoOf(d).bytes) : 0; }
 

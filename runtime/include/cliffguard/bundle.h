@@ -48,6 +48,12 @@ struct BundleEntry {
   // measurement: half the range of their per-round medians; 0: not recorded.
   double tuned_spread_us = 0;
   double default_spread_us = 0;
+  // Bucket: the range [bucket_lo, bucket_hi] of the varying dimension (kVaryingDim:
+  // m for gemm) whose missed keys of this entry's family (KeyFamily) run this
+  // schedule; it holds the key's own value. 0, 0: no bucket (the key only).
+  int64_t bucket_lo = 0;
+  int64_t bucket_hi = 0;
+  bool has_bucket() const { return bucket_hi > 0; }
 };
 
 // The schedule a runtime uses for a missed key of this op, dtype and shape class
@@ -124,7 +130,12 @@ struct ResolvedEntry {
   OpKey key;
   Schedule schedule;
   double tuned_us = 0, default_us = 0;
+  int64_t bucket_lo = 0, bucket_hi = 0;  // BundleEntry's; 0, 0: no bucket
 };
+
+// Why a bucket [lo, hi] cannot serve with `key` (the rule named), or Ok. lo = hi = 0
+// (no bucket) is Ok.
+Status CheckBucket(const OpKey& key, int64_t lo, int64_t hi);
 
 // An op default resolved against this build: it serves missed keys of its op and
 // dtype whose ShapeClassOf is in `classes` (a bit per ShapeClass value).

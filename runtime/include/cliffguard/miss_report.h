@@ -21,6 +21,26 @@ enum class MissKind : uint8_t {
 const char* MissKindName(MissKind k);  // "device_miss", "shape_miss", "rejected_entry"
 StatusOr<MissKind> ParseMissKind(std::string_view s);
 
+// What ran a call, in the runtime's lookup order (runtime.h): the key's own tuned
+// entry; else the bucket of a tuned key of its family whose range holds the call's
+// varying dimension; else the nearest tuned key of its family; else the bundle
+// default of its op and shape class; else the built-in default. Every call but an
+// exact one is a miss (its key has no entry of its own), counted under the kind that
+// served it.
+enum class ServedBy : uint8_t {
+  kExact = 0,
+  kBucket = 1,
+  kNearest = 2,
+  kBundleDefault = 3,
+  kBuiltinDefault = 4,
+};
+inline constexpr int kNumServedBy = 5;
+// "exact", "bucket", "nearest", "bundle_default", "builtin_default"
+const char* ServedByName(ServedBy s);
+StatusOr<ServedBy> ParseServedBy(std::string_view s);
+// Bucket and nearest run a schedule tuned for another key of the family.
+inline bool ServedByTunedKey(ServedBy s) { return s == ServedBy::kBucket || s == ServedBy::kNearest; }
+
 struct MissRecord {
   OpKey key;
   MissKind kind = MissKind::kShapeMiss;
@@ -29,11 +49,44 @@ struct MissRecord {
   double last_seen = 0;         // unix seconds
   double fallback_us_total = 0; // wall time spent in the fallback kernel, microseconds
   std::string fallback;         // the fallback schedule used (Schedule::ToString)
+  // What served the calls: served_by / served_from are the latest (served_from: the
+  // tuned key whose schedule ran, for bucket and nearest; bucket_lo/hi: that
+  // bucket's range); calls and time per kind sum to count and fallback_us_total
+  // (a reload can change the kind between calls). Index: ServedBy (kExact unused).
+  ServedBy served_by = ServedBy::kBuiltinDefault;
+  std::string served_from;
+  int64_t bucket_lo = 0, bucket_hi = 0;
+  uint64_t served_calls[kNumServedBy] = {};
+  double served_us[kNumServedBy] = {};
   // Estimated time that tuning this key would have saved so far (microseconds):
-  // fallback_us_total * (1 - 1/expected_speedup); expected_speedup is the median
-  // default_us/tuned_us of the loaded entries of the same op on this device, or 1
-  // (unknown, gain 0) when there are none.
+  // the time its calls spent in a default (bundle or built-in) times
+  // (1 - 1/expected_speedup); expected_speedup is the median default_us/tuned_us of
+  // the loaded entries of the same op on this device, or 1 (unknown, gain 0) when
+  // there are none. Calls served by a bucket or the nearest key already ran a tuned
+  // schedule and add no gain.
   double expected_gain_us = 0;
+};
+
+// The traffic one bucket absorbed: missed keys served by the bucket of `key`.
+struct BucketTraffic {
+  OpKey key;                // the tuned key whose bucket served them
+  int64_t lo = 0, hi = 0;   // its range of the varying dimension
+  uint64_t keys = 0;        // distinct missed keys it served
+  uint64_t calls = 0;
+  double us_total = 0;      // time in its schedule, microseconds
+};
+
+// A range worth tuning as a bucket (`tune --from-report`): per family, the missed
+// calls that ran a default, grouped into ranges of the varying dimension between
+// powers of two, (2^(j-1), 2^j]; `key` is the range's representative, the value of
+// the range that spent the most time in a default. Ranked by expected gain.
+struct BucketRecommendation {
+  OpKey key;
+  int64_t lo = 0, hi = 0;
+  uint64_t keys = 0;            // distinct missed keys in the range
+  uint64_t calls = 0;
+  double default_us_total = 0;  // time those calls spent in a default
+  double expected_gain_us = 0;  // default_us_total * (1 - 1/expected_speedup)
 };
 
 struct MissReport {
@@ -50,7 +103,17 @@ struct MissReport {
   double expected_speedup = 1.0;   // used for expected_gain_us
   std::string expected_speedup_basis;  // how expected_speedup was obtained, for people
   std::vector<MissRecord> records; // ranked: expected_gain_us, then fallback time, then count
+  // Calls per kind that served them (ServedBy index; served[kExact] == hits), and the
+  // time of the missed ones per kind (served_us[kExact] is not measured: 0).
+  uint64_t served[kNumServedBy] = {};
+  double served_us[kNumServedBy] = {};
+  std::vector<BucketTraffic> buckets;                   // by calls, descending
+  std::vector<BucketRecommendation> recommended_buckets;  // by expected gain, descending
 };
+
+// The recommended buckets of a report's records (see BucketRecommendation), given
+// the report's expected_speedup.
+std::vector<BucketRecommendation> RecommendBuckets(const std::vector<MissRecord>& records, double expected_speedup);
 
 std::string MissReportToJson(const MissReport& report, int indent = 2);
 // Strict parse (the `misses` command and `tune --from-report` read reports).

@@ -149,6 +149,23 @@ StatusOr<ShapeClass> ParseShapeClass(std::string_view s);
 // The class of a valid key: kSkinny, kSmall or kLarge (never kUnspecified).
 ShapeClass ShapeClassOf(const OpKey& key);
 
+// Dynamic shapes: one dimension of a key varies from call to call in serving (the
+// token count), the rest are fixed by the model. The varying dimension is dims[0]
+// for every op: m for gemm, the batch n for conv2d. A key's family is the key with
+// that dimension zeroed: keys of one family differ only in it, and a schedule tuned
+// for one of them can serve the others (buckets and nearest-key fallback,
+// runtime.h).
+inline constexpr int kVaryingDim = 0;
+std::string_view VaryingDimName(OpKind op);  // "m" for gemm, "n" for conv2d
+inline OpKey KeyFamily(OpKey key) {
+  key.dims[kVaryingDim] = 0;
+  return key;
+}
+inline OpKey WithVaryingDim(OpKey key, int64_t v) {
+  key.dims[kVaryingDim] = v;
+  return key;
+}
+
 inline uint64_t MixHash64(uint64_t x) {
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdULL;

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -39,6 +40,19 @@
 #include "cliffguard/status.h"
 
 namespace cliffguard {
+
+// How far a missed key may look for a tuned schedule before the defaults (the lookup
+// order is exact key, bucket, nearest, bundle default, built-in default):
+//   kExact:   the key's own entry only;
+//   kBucket:  also the bucket of a tuned key of its family (KeyFamily) whose range
+//             holds the call's varying dimension (m for gemm);
+//   kNearest: also, after buckets, the tuned key of its family nearest in
+//             |log2(v) - log2(v')| of the varying dimension (ties: the larger v'), when
+//             its schedule is valid for the call's key.
+// Environment: CLIFFGUARD_FALLBACK=exact|bucket|nearest. Default kNearest.
+enum class FallbackPolicy : uint8_t { kExact = 0, kBucket = 1, kNearest = 2 };
+const char* FallbackPolicyName(FallbackPolicy p);  // "exact", "bucket", "nearest"
+StatusOr<FallbackPolicy> ParseFallbackPolicy(std::string_view s);
 
 struct RuntimeOptions {
   // The device calls run on (ProbeDevice): "" or "cpu" for the host CPU, "cuda:N"
@@ -57,6 +71,9 @@ struct RuntimeOptions {
   // and arch match (reported as "device rule: same-arch" in the load report).
   // Off by default: a bundle applies only to the device it was tuned on.
   bool allow_same_arch_bundles = false;
+  // What a missed key may run before the defaults. Unset: CLIFFGUARD_FALLBACK from
+  // the environment (a bad value is refused by Create, naming it), else kNearest.
+  std::optional<FallbackPolicy> fallback;
 };
 
 // What loading one bundle did.
@@ -74,8 +91,9 @@ struct LoadReport {
 // Per-key dispatch counts since the Runtime was created (across reloads).
 struct KeyStats {
   OpKey key;
-  uint64_t hits = 0;
-  uint64_t misses = 0;
+  uint64_t hits = 0;    // served[kExact]
+  uint64_t misses = 0;  // the other kinds
+  uint64_t served[kNumServedBy] = {};  // calls per ServedBy
 };
 
 class GemmPlan;
@@ -124,7 +142,9 @@ class Runtime {
     Schedule schedule;
     bool hit = false;
     MissKind miss_kind = MissKind::kShapeMiss;  // when !hit
-    std::string fallback;                      // when !hit: "bundle default" or "built-in default"
+    ServedBy served_by = ServedBy::kExact;
+    OpKey served_from;                         // bucket, nearest: the tuned key whose schedule runs
+    std::string fallback;                      // when !hit: "bucket", "nearest", "bundle default" or "built-in default"
   };
   StatusOr<Resolution> Resolve(const OpKey& key) const;
 

@@ -82,11 +82,24 @@ struct KeySummary {
   bool remeasured = false;  // the near-tie rule re-measured candidates
   bool confirmed = false;   // the confirmation measured the winner against the default
   bool default_shipped = false;  // the confirmation found the winner no faster: the default ships
+  int64_t bucket_lo = 0, bucket_hi = 0;  // the bucket shipped with the entry (0, 0: none)
   std::string note;       // why a key has no best, etc.
 };
 
+// A bucket to tune: `key` (its representative) is tuned like any key, then its
+// winner is checked at the range's ends (the keys of its family with the varying
+// dimension at lo and at hi): correct there and not slower than each end's own
+// default beyond the noise (the confirmation's rule). The entry ships with the
+// bucket [lo, hi] when both ends pass, else without a bucket (the note says why).
+// lo <= key's varying dimension <= hi.
+struct BucketTarget {
+  OpKey key;
+  int64_t lo = 0, hi = 0;
+};
+
 struct TunerOptions {
-  std::vector<OpKey> keys;           // at least one
+  std::vector<OpKey> keys;           // at least one key or bucket
+  std::vector<BucketTarget> buckets;  // their keys are tuned too (with `keys`, deduplicated)
   int trials = 64;                   // trial measurements per key (resumed ones count)
   std::string strategy = "xgb";      // one of StrategyNames()
   uint64_t seed = 1;
