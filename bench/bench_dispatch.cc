@@ -23,11 +23,18 @@ namespace {
 
 const OpKey kHitKey = OpKey::Gemm(1, 1, 1);
 const OpKey kMissKey = OpKey::Gemm(1, 1, 2);
+// Dynamic shapes: an entry m=4 of the hit key's family with the bucket [3, 4]; m=3
+// is served by that bucket, m=2 by the nearest tuned key (m=1 and m=4 are equally
+// near in log2 m: the larger wins).
+const OpKey kBucketEntryKey = OpKey::Gemm(4, 1, 1);
+const OpKey kBucketKey = OpKey::Gemm(3, 1, 1);
+const OpKey kNearestKey = OpKey::Gemm(2, 1, 1);
 
 struct Fixture {
   std::unique_ptr<Runtime> rt;
   Schedule hit_schedule;
   Schedule miss_schedule;
+  Schedule bucket_schedule;  // what the bucket and nearest keys run
   std::map<std::string, Schedule> map;
   std::unordered_map<std::string, Schedule> umap;
   std::mutex mu;
@@ -52,6 +59,11 @@ struct Fixture {
           umap[fmt::format("{}_{}_{}_{}_{}", m, n, k, 0, 0)] = s;
         }
     spec.entries.push_back({kHitKey, ToNamed(hit_schedule), 1, 2, 1, 0, ""});
+    bucket_schedule = DefaultSchedule(kBucketEntryKey, rt->device()).value();
+    BundleEntry bucket{kBucketEntryKey, ToNamed(bucket_schedule), 1, 2, 1, 0, ""};
+    bucket.bucket_lo = 3;
+    bucket.bucket_hi = 4;
+    spec.entries.push_back(bucket);
     map["1_1_1_0_0"] = hit_schedule;
     umap["1_1_1_0_0"] = hit_schedule;
     const auto bytes = SerializeBundle(spec);
@@ -66,7 +78,7 @@ Fixture& F() {
 }
 
 struct Operands {
-  float a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 4}, c[4] = {};
+  float a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8] = {1, 2, 3, 4, 5, 6, 7, 8}, c[8] = {};
   GemmArgs Args(const OpKey& key) { return DenseGemmArgs(key, a, b, c); }
 };
 
@@ -214,6 +226,20 @@ void BM_interleaved_miss_cliffguard(benchmark::State& state) {
   (void)rt.Gemm(a);
   Interleaved(state, F().miss_schedule, a, [&] { return rt.Gemm(a); });
 }
+// A repeated key served by a bucket or the nearest tuned key: the runtime must
+// resolve it once, then dispatch it about as cheaply as a hit.
+void ApproximateHit(benchmark::State& state, const OpKey& key, ServedBy expected) {
+  Operands o;
+  const GemmArgs a = o.Args(key);
+  Runtime& rt = *F().rt;
+  if (rt.Resolve(key).value().served_by != expected) state.SkipWithError("not served as expected");
+  (void)rt.Gemm(a);
+  Interleaved(state, F().bucket_schedule, a, [&] { return rt.Gemm(a); });
+}
+void BM_interleaved_bucket_cliffguard(benchmark::State& state) { ApproximateHit(state, kBucketKey, ServedBy::kBucket); }
+void BM_interleaved_nearest_cliffguard(benchmark::State& state) {
+  ApproximateHit(state, kNearestKey, ServedBy::kNearest);
+}
 void BM_interleaved_miss_map_mutex(benchmark::State& state) {
   Operands o;
   const GemmArgs a = o.Args(kMissKey);
@@ -223,6 +249,8 @@ BENCHMARK(BM_interleaved_hit_cliffguard)->Threads(1)->Threads(2);
 BENCHMARK(BM_interleaved_hit_cliffguard_plan)->Threads(1)->Threads(2);
 BENCHMARK(BM_interleaved_hit_map_mutex)->Threads(1)->Threads(2);
 BENCHMARK(BM_interleaved_miss_cliffguard)->Threads(1)->Threads(2);
+BENCHMARK(BM_interleaved_bucket_cliffguard)->Threads(1)->Threads(2);
+BENCHMARK(BM_interleaved_nearest_cliffguard)->Threads(1)->Threads(2);
 BENCHMARK(BM_interleaved_miss_map_mutex)->Threads(1)->Threads(2);
 
 void BM_load_bundle_100k_entries(benchmark::State& state) {

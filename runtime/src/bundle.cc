@@ -294,7 +294,7 @@ ResolvedBundle ResolveVerifiedBundle(const fb::Bundle& b, const DeviceInfo& devi
       Status st = resolver.Resolve(e->schedule(), r.schedule, why);
       if (Status b = CheckBucket(r.key, r.bucket_lo, r.bucket_hi); !b.ok()) {
         st = b;
-        why = EntryRejection::kBadKey;
+        why = EntryRejection::kBadParameter;
       }
       if (st.ok()) {
         why = EntryRejection::kUnsupported;

@@ -75,12 +75,12 @@ void Runtime::Impl::RebuildLocked() {
     for (const ResolvedEntry& e : b.resolved.entries) {
       const int64_t at = index.InsertOrFind(e.key, static_cast<uint32_t>(in.size()), key_at);
       if (at < 0) {
-        in.push_back({e.key, e.schedule, false, e.tuned_us, e.default_us});
+        in.push_back({e.key, e.schedule, false, e.tuned_us, e.default_us, e.bucket_lo, e.bucket_hi});
         continue;
       }
       DispatchTable::Input& cur = in[size_t(at)];  // the faster verified entry wins
       if (cur.rejected || (e.tuned_us > 0 && (cur.tuned_us <= 0 || e.tuned_us < cur.tuned_us)))
-        cur = {e.key, e.schedule, false, e.tuned_us, e.default_us};
+        cur = {e.key, e.schedule, false, e.tuned_us, e.default_us, e.bucket_lo, e.bucket_hi};
     }
     for (const RejectedEntry& r : b.resolved.rejected) {
       if (r.reason == EntryRejection::kBadKey || r.reason == EntryRejection::kDuplicateKey) continue;

@@ -32,6 +32,8 @@ DispatchTable::DispatchTable(std::vector<Input> in, bool has_device_bundle,
     e.index = static_cast<uint32_t>(entries_.size());
     e.tuned_us = x.tuned_us;
     e.default_us = x.default_us;
+    e.bucket_lo = x.bucket_lo;
+    e.bucket_hi = x.bucket_hi;
     if (!e.rejected && e.tuned_us > 0 && e.default_us > 0)
       ratios[static_cast<int>(e.key.op)].push_back(e.default_us / e.tuned_us);
     const uint64_t h = e.key.Hash();
@@ -40,6 +42,12 @@ DispatchTable::DispatchTable(std::vector<Input> in, bool has_device_bundle,
     entries_.push_back(e);  // reserved above: never reallocates
     slots_[i] = {h, &entries_.back()};
   }
+  for (const TableEntry& e : entries_)
+    if (!e.rejected) families_[KeyFamily(e.key)].push_back(&e);
+  for (auto& [family, list] : families_)
+    std::sort(list.begin(), list.end(), [](const TableEntry* a, const TableEntry* b) {
+      return a->key.dims[kVaryingDim] < b->key.dims[kVaryingDim];
+    });
   for (int op = 0; op < kNumOpKinds; ++op) {
     auto& r = ratios[op];
     speedup_[op] = 1.0;

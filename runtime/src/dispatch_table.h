@@ -4,13 +4,16 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
+#include <unordered_map>
 #include <vector>
 
 #include "cliffguard/bundle.h"
 #include "cliffguard/kernel.h"
 #include "cliffguard/miss_report.h"
 #include "cliffguard/op_key.h"
+#include "cliffguard/runtime.h"
 
 namespace cliffguard {
 
@@ -53,6 +56,13 @@ struct TableEntry {
   uint32_t index = 0;    // position in entries(); indexes per-thread hit counters
   ArgBounds bounds{};    // what a call with this key may pass
   double tuned_us = 0, default_us = 0;
+  int64_t bucket_lo = 0, bucket_hi = 0;  // range of the varying dimension it also serves; 0, 0: none
+};
+
+// A tuned entry that serves a missed key of its family (bucket or nearest).
+struct TunedFallback {
+  ServedBy served_by = ServedBy::kBuiltinDefault;  // kBucket or kNearest when `entry` is set
+  const TableEntry* entry = nullptr;
 };
 
 // Open addressing, load factor <= 0.5, built once, never mutated after Build().
@@ -63,6 +73,7 @@ class DispatchTable {
     Schedule schedule;
     bool rejected = false;
     double tuned_us = 0, default_us = 0;
+    int64_t bucket_lo = 0, bucket_hi = 0;
   };
   // Keys must be unique in `in`.
   DispatchTable(std::vector<Input> in, bool has_device_bundle, std::vector<ResolvedDefault> defaults,
@@ -81,6 +92,14 @@ class DispatchTable {
   uint64_t generation() const { return generation_; }
   // The bundle default that serves key (its op, dtype and shape class), or nullptr.
   const Schedule* BundleDefault(const OpKey& key) const;
+  // The tuned entry of key's family that serves it as a miss under `policy`
+  // (runtime.h, FallbackPolicy): a bucket holding its varying dimension (of several,
+  // the one whose key is nearest), else with kNearest the nearest tuned key; only
+  // entries whose schedule `valid` accepts for key. A constant-weights key looks in
+  // its own family, then in the family without constant weights. Not on the hit
+  // path: a missed key resolves once per table.
+  template <typename Valid>
+  TunedFallback FindTuned(const OpKey& key, FallbackPolicy policy, Valid&& valid) const;
   // Median default_us / tuned_us of usable entries of this op (1.0 when none), and
   // how many entries it is taken over.
   double ExpectedSpeedup(OpKind op) const { return speedup_[static_cast<int>(op)]; }
@@ -123,9 +142,43 @@ class DispatchTable {
   int shift_ = 64;  // slot = hash >> shift_: the high bits (OpKey::Hash)
   bool has_device_bundle_ = false;
   std::vector<ResolvedDefault> defaults_;
+  // Usable entries by family (KeyFamily), each list ordered by the varying dimension.
+  std::unordered_map<OpKey, std::vector<const TableEntry*>, OpKeyHash> families_;
   double speedup_[kNumOpKinds] = {};
   size_t speedup_samples_[kNumOpKinds] = {};
   uint64_t generation_ = 0;
 };
+
+template <typename Valid>
+TunedFallback DispatchTable::FindTuned(const OpKey& key, FallbackPolicy policy, Valid&& valid) const {
+  if (policy == FallbackPolicy::kExact || families_.empty()) return {};
+  const int64_t v = key.dims[kVaryingDim];
+  const auto distance = [v](const TableEntry* e) {
+    return std::abs(std::log2(double(e->key.dims[kVaryingDim])) - std::log2(double(v)));
+  };
+  // Of two candidates, the nearer; at equal distance the larger varying dimension.
+  const auto better = [&](const TableEntry* a, const TableEntry* b) {
+    if (!b) return true;
+    const double da = distance(a), db = distance(b);
+    return da != db ? da < db : a->key.dims[kVaryingDim] > b->key.dims[kVaryingDim];
+  };
+  OpKey families[2] = {KeyFamily(key), KeyFamily(key)};
+  families[1].constant_weights = false;
+  const int n = key.constant_weights ? 2 : 1;
+  for (const ServedBy by : {ServedBy::kBucket, ServedBy::kNearest}) {
+    if (by == ServedBy::kNearest && policy != FallbackPolicy::kNearest) break;
+    for (int f = 0; f < n; ++f) {
+      auto it = families_.find(families[f]);
+      if (it == families_.end()) continue;
+      const TableEntry* best = nullptr;
+      for (const TableEntry* e : it->second) {
+        if (by == ServedBy::kBucket && !(e->bucket_lo <= v && v <= e->bucket_hi)) continue;
+        if (better(e, best) && valid(e->schedule)) best = e;
+      }
+      if (best) return {by, best};
+    }
+  }
+  return {};
+}
 
 }  // namespace cliffguard

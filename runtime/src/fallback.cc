@@ -9,11 +9,31 @@ namespace cliffguard {
 
 void Runtime::Impl::RefreshMiss(MissEntry& m, const DispatchTable* t, const TableEntry* found) const {
   m.kind = t->MissKindFor(found);
+  m.served_from = OpKey{};
+  m.bucket_lo = m.bucket_hi = 0;
+  const TunedFallback tuned =
+      t->FindTuned(m.key, policy, [&](const Schedule& s) { return CheckSchedule(s, m.key, device).ok(); });
+  if (tuned.entry) {
+    const TableEntry& e = *tuned.entry;
+    m.served_by = tuned.served_by;
+    m.served_from = e.key;
+    m.fallback = e.schedule;
+    if (tuned.served_by == ServedBy::kBucket) {
+      m.bucket_lo = e.bucket_lo;
+      m.bucket_hi = e.bucket_hi;
+      m.fallback_source = fmt::format("bucket [{}, {}] of '{}'", e.bucket_lo, e.bucket_hi, e.key.ToString());
+    } else {
+      m.fallback_source = fmt::format("nearest tuned key '{}'", e.key.ToString());
+    }
+    return;
+  }
   if (const Schedule* d = t->BundleDefault(m.key); d && CheckSchedule(*d, m.key, device).ok()) {
+    m.served_by = ServedBy::kBundleDefault;
     m.fallback = *d;
     m.fallback_source = "bundle default";
     return;
   }
+  m.served_by = ServedBy::kBuiltinDefault;
   auto s = DefaultSchedule(m.key, device);
   if (s.ok()) {
     m.fallback = *s;
@@ -25,27 +45,37 @@ void Runtime::Impl::RefreshMiss(MissEntry& m, const DispatchTable* t, const Tabl
 }
 
 MissEntry* Runtime::Impl::FindMiss(const OpKey& key, uint64_t hash, const DispatchTable* t, const TableEntry* found,
-                                   Schedule& fallback, std::string& why) {
+                                   MissEntry& current, std::string& why) {
   bool created = false;
   MissEntry* m = misses.Get(
-      key, hash, t->generation(), [&](MissEntry& e) { RefreshMiss(e, t, found); }, created, fallback, why);
+      key, hash, t->generation(), [&](MissEntry& e) { RefreshMiss(e, t, found); }, created, current, why);
   if (m && created && options.warn_on_miss) {
-    logging::Warn("{} for '{}' on device {}: no tuned schedule; running the {} ({}). "
-                  "It is counted in the miss report; tune it to remove this cliff.",
-                  MissKindName(m->kind), key.ToString(), device.fingerprint, m->fallback_source, fallback.ToString());
+    // A bucket is a tuned, verified range: worth a note, not a warning.
+    logging::Log(current.served_by == ServedBy::kBucket ? LogLevel::kInfo : LogLevel::kWarn,
+                 "{} for '{}' on device {}: no tuned schedule of its own; running the {} ({}). "
+                 "It is counted in the miss report{}.",
+                 MissKindName(current.kind), key.ToString(), device.fingerprint, current.fallback_source,
+                 current.fallback.ToString(),
+                 ServedByTunedKey(current.served_by) ? "" : "; tune it to remove this cliff");
   }
   return m;
 }
 
 Status Runtime::Impl::FillMissLine(ThreadSlot::MissCacheLine& line, const OpKey& key, uint64_t hash,
                                    const DispatchTable* t, const TableEntry* found, const ArgBounds& bounds) {
-  Schedule fallback;
+  MissEntry current;
   std::string why;
-  MissEntry* m = FindMiss(key, hash, t, found, fallback, why);
+  MissEntry* m = FindMiss(key, hash, t, found, current, why);
   if (!m)
     return Unimplemented(fmt::format("{}: no kernel runs '{}' on {}: {}", OpKindName(key.op), key.ToString(),
                                      device.fingerprint, why));
-  line = {hash, t->generation(), m, fallback, bounds};
+  line.hash = hash;
+  line.generation = t->generation();
+  line.entry = m;
+  line.fallback = current.fallback;
+  line.bounds = bounds;
+  line.served_by = current.served_by;
+  line.untimed = 0;
   return Status::Ok();
 }
 
@@ -66,6 +96,8 @@ StatusOr<Runtime::Resolution> Runtime::Resolve(const OpKey& key) const {
   r.RefreshMiss(tmp, t, e);
   res.schedule = tmp.fallback;
   res.miss_kind = tmp.kind;
+  res.served_by = tmp.served_by;
+  res.served_from = tmp.served_from;
   res.fallback = tmp.fallback_source;
   if (!res.schedule.variant) return Unimplemented(tmp.fallback_source);
   return res;

@@ -32,10 +32,16 @@ std::vector<MissLog::Snapshot> MissLog::Snap() const {
   for (const Shard& s : shards_) {
     std::lock_guard<std::mutex> lock(s.mu);
     for (const auto& [key, e] : s.map) {
-      Snapshot snap{key, e->kind, 0, 0, 0, 0, e->fallback.ToString()};
+      Snapshot snap{key, e->kind, e->served_by, e->served_from, e->bucket_lo, e->bucket_hi, 0, 0, 0, 0, {}, {},
+                    e->fallback.ToString()};
       for (const auto& st : e->stripes) {
-        snap.count += st.count.load(std::memory_order_relaxed);
-        snap.fallback_ticks += st.fallback_ticks.load(std::memory_order_relaxed);
+        for (int i = 0; i < kNumServedBy; ++i) {
+          const uint64_t n = st.count[i].load(std::memory_order_relaxed), t = st.ticks[i].load(std::memory_order_relaxed);
+          snap.served_calls[i] += n;
+          snap.served_ticks[i] += t;
+          snap.count += n;
+          snap.fallback_ticks += t;
+        }
         const uint64_t first = st.first_tick.load(std::memory_order_relaxed);
         if (first && (!snap.first_tick || first < snap.first_tick)) snap.first_tick = first;
         snap.last_tick = std::max(snap.last_tick, st.last_tick.load(std::memory_order_relaxed));
@@ -51,8 +57,8 @@ void MissLog::ResetCounts() {
     std::lock_guard<std::mutex> lock(s.mu);
     for (auto& [key, e] : s.map)
       for (auto& st : e->stripes) {
-        st.count.store(0, std::memory_order_relaxed);
-        st.fallback_ticks.store(0, std::memory_order_relaxed);
+        for (auto& c : st.count) c.store(0, std::memory_order_relaxed);
+        for (auto& t : st.ticks) t.store(0, std::memory_order_relaxed);
         st.first_tick.store(0, std::memory_order_relaxed);
         st.last_tick.store(0, std::memory_order_relaxed);
       }

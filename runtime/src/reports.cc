@@ -16,11 +16,13 @@ std::unordered_map<OpKey, KeyStats, OpKeyHash> Runtime::Impl::CollectStats(const
     KeyStats& s = out[k];
     s.key = k;
     s.hits += n;
+    s.served[static_cast<int>(ServedBy::kExact)] += n;
   });
   for (const auto& m : snap) {
     KeyStats& s = out[m.key];
     s.key = m.key;
     s.misses += m.count;
+    for (int i = 0; i < kNumServedBy; ++i) s.served[i] += m.served_calls[i];
   }
   return out;
 }
@@ -51,6 +53,7 @@ MissReport Runtime::GetMissReport() const {
   // sum(records[].count) == misses holds while other threads keep missing.
   const std::vector<MissLog::Snapshot> snap = r.misses.Snap();
   for (const auto& [k, s] : r.CollectStats(snap)) rep.hits += s.hits;
+  rep.served[static_cast<int>(ServedBy::kExact)] = rep.hits;
   const double tpu = r.clock.TicksPerMicrosecond();
   double speedup[kNumOpKinds];
   {
@@ -63,6 +66,7 @@ MissReport Runtime::GetMissReport() const {
           : "no loaded gemm entry with measured times: gain unknown";
   }
   rep.expected_speedup = speedup[static_cast<int>(OpKind::kGemm)];
+  std::unordered_map<OpKey, size_t, OpKeyHash> bucket_at;  // serving key -> index in rep.buckets
   for (const auto& m : snap) {
     MissRecord rec;
     rec.key = m.key;
@@ -72,12 +76,36 @@ MissReport Runtime::GetMissReport() const {
     rec.last_seen = r.clock.ToUnixSeconds(m.last_tick);
     rec.fallback_us_total = double(m.fallback_ticks) / tpu;
     rec.fallback = m.fallback;
-    rec.expected_gain_us = rec.fallback_us_total * (1.0 - 1.0 / speedup[static_cast<int>(m.key.op)]);
+    rec.served_by = m.served_by;
+    if (ServedByTunedKey(m.served_by)) rec.served_from = m.served_from.ToString();
+    rec.bucket_lo = m.bucket_lo;
+    rec.bucket_hi = m.bucket_hi;
+    double default_us = 0;
+    for (int i = 0; i < kNumServedBy; ++i) {
+      rec.served_calls[i] = m.served_calls[i];
+      rec.served_us[i] = double(m.served_ticks[i]) / tpu;
+      rep.served[i] += m.served_calls[i];
+      rep.served_us[i] += rec.served_us[i];
+      if (!ServedByTunedKey(static_cast<ServedBy>(i))) default_us += rec.served_us[i];
+    }
+    rec.expected_gain_us = default_us * (1.0 - 1.0 / speedup[static_cast<int>(m.key.op)]);
+    const int bucket = static_cast<int>(ServedBy::kBucket);
+    if (m.served_calls[bucket] && m.served_by == ServedBy::kBucket) {
+      auto [it, added] = bucket_at.try_emplace(m.served_from, rep.buckets.size());
+      if (added) rep.buckets.push_back({m.served_from, m.bucket_lo, m.bucket_hi});
+      BucketTraffic& b = rep.buckets[it->second];
+      ++b.keys;
+      b.calls += m.served_calls[bucket];
+      b.us_total += rec.served_us[bucket];
+    }
     rep.misses += m.count;
     rep.records.push_back(std::move(rec));
   }
   rep.calls = rep.hits + rep.misses;
   RankMissRecords(rep);
+  std::stable_sort(rep.buckets.begin(), rep.buckets.end(),
+                   [](const BucketTraffic& a, const BucketTraffic& b) { return a.calls > b.calls; });
+  rep.recommended_buckets = RecommendBuckets(rep.records, rep.expected_speedup);
   return rep;
 }
 

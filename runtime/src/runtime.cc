@@ -14,7 +14,7 @@
 namespace cliffguard {
 
 Runtime::Impl::Impl(RuntimeOptions o, DeviceInfo d)
-    : options(std::move(o)), device(std::move(d)), slots([this] { ResetAfterFork(); }), pid(::getpid()) {}
+    : options(std::move(o)), policy(options.fallback.value_or(FallbackPolicy::kNearest)), device(std::move(d)), slots([this] { ResetAfterFork(); }), pid(::getpid()) {}
 
 // In a child of fork() (after ThreadSlots reset the hit counts): misses start at
 // zero and the report goes to a path of the child's own, so parent and child never
@@ -38,6 +38,12 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
   RuntimeOptions o = options;
   if (o.miss_report_path.empty())
     if (const char* env = std::getenv("CLIFFGUARD_MISS_REPORT")) o.miss_report_path = env;
+  if (!o.fallback)
+    if (const char* env = std::getenv("CLIFFGUARD_FALLBACK")) {
+      auto p = ParseFallbackPolicy(env);
+      if (!p.ok()) return InvalidArgument(fmt::format("CLIFFGUARD_FALLBACK: {}", p.status().message()));
+      o.fallback = *p;
+    }
   if (device.backend == Backend::kCpu)
     if (const int cpus = AvailableCpus(); threads > cpus)
       logging::Warn("thread budget {} ({}) exceeds the {} CPUs this process may use: multi-threaded schedules will "
@@ -61,5 +67,20 @@ Runtime::~Runtime() {
 }
 
 const DeviceInfo& Runtime::device() const { return impl_->device; }
+
+const char* FallbackPolicyName(FallbackPolicy p) {
+  switch (p) {
+    case FallbackPolicy::kExact: return "exact";
+    case FallbackPolicy::kBucket: return "bucket";
+    case FallbackPolicy::kNearest: return "nearest";
+  }
+  return "?";
+}
+
+StatusOr<FallbackPolicy> ParseFallbackPolicy(std::string_view s) {
+  for (FallbackPolicy p : {FallbackPolicy::kExact, FallbackPolicy::kBucket, FallbackPolicy::kNearest})
+    if (s == FallbackPolicyName(p)) return p;
+  return InvalidArgument(fmt::format("fallback policy '{}' is not one of: exact, bucket, nearest", s));
+}
 
 }  // namespace cliffguard

@@ -34,6 +34,7 @@ struct Runtime::Impl {
   explicit Impl(RuntimeOptions o, DeviceInfo d);
 
   RuntimeOptions options;
+  FallbackPolicy policy;  // options.fallback, else CLIFFGUARD_FALLBACK, else kNearest
   DeviceInfo device;
   TickClock clock;
 
@@ -59,13 +60,13 @@ struct Runtime::Impl {
   void ReclaimLocked();  // caller holds load_mu
 
   // fallback.cc
-  // Kind and fallback schedule of a missed key under table t (`found`: what the
+  // Kind, what serves it and its schedule, for a missed key under table t (`found`: what the
   // probe found, a rejected entry or nothing).
   void RefreshMiss(MissEntry& m, const DispatchTable* t, const TableEntry* found) const;
   // The miss record of a key, or nullptr (reason in `why`) when no kernel runs it:
   // such a call fails and is not a miss. Warns once per key.
   MissEntry* FindMiss(const OpKey& key, uint64_t hash, const DispatchTable* t, const TableEntry* found,
-                      Schedule& fallback, std::string& why);
+                      MissEntry& current, std::string& why);
   // Fills a thread's miss cache line for a key under table t (its record, fallback
   // and argument bounds); the call's arguments were checked against `bounds`.
   // kUnimplemented (nothing recorded) when no kernel runs the key.

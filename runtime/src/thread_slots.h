@@ -37,6 +37,8 @@ struct ThreadSlot {
     MissEntry* entry = nullptr;
     Schedule fallback;
     ArgBounds bounds{};  // the key's argument bounds
+    ServedBy served_by = ServedBy::kBuiltinDefault;
+    uint32_t untimed = 0;  // calls since the last timed one (sampled kinds)
     bool Holds(uint64_t h, uint64_t gen, const OpKey& key) const {
       return entry && hash == h && generation == gen && entry->key == key;
     }

@@ -180,7 +180,7 @@ TEST(ServingDefaultTest, ALegacyBundleDefaultServesOnlyTheClassesOfItsBundlesEnt
   auto skinny = rt->Resolve(OpKey::Gemm(1, 3072, 768));
   ASSERT_TRUE(skinny.ok());
   EXPECT_EQ(skinny->fallback, "built-in default");
-  auto large = rt->Resolve(OpKey::Gemm(384, 768, 768));
+  auto large = rt->Resolve(OpKey::Gemm(384, 1024, 768));
   ASSERT_TRUE(large.ok());
   EXPECT_EQ(large->fallback, "bundle default");
 }

@@ -1,7 +1,9 @@
 // Helpers that build real bundles for the host in tests.
 #pragma once
 
+#include <cmath>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -45,6 +47,37 @@ struct TempFile {
   std::string path;
   explicit TempFile(const std::string& name) : path(TempPath(name)) {}
   ~TempFile() { std::remove(path.c_str()); }
+};
+
+// Operands for one gemm key with a double-precision reference.
+struct Problem {
+  OpKey key;
+  std::vector<float> a, b, c;
+  GemmArgs args;
+  explicit Problem(const OpKey& k, uint32_t seed = 1) : key(k) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> d(-1, 1);
+    a.resize(size_t(k.m() * k.k()));
+    b.resize(size_t(k.k() * k.n()));
+    c.assign(size_t(k.m() * k.n()), 0.f);
+    for (auto& x : a) x = d(rng);
+    for (auto& x : b) x = d(rng);
+    args = DenseGemmArgs(k, a.data(), b.data(), c.data());
+  }
+  double MaxError() const {
+    double err = 0;
+    for (int64_t i = 0; i < key.m(); ++i)
+      for (int64_t j = 0; j < key.n(); ++j) {
+        double ref = 0;
+        for (int64_t p = 0; p < key.k(); ++p) {
+          const double av = key.trans_a ? a[size_t(p * key.m() + i)] : a[size_t(i * key.k() + p)];
+          const double bv = key.trans_b ? b[size_t(j * key.k() + p)] : b[size_t(p * key.n() + j)];
+          ref += av * bv;
+        }
+        err = std::max(err, std::abs(ref - double(c[size_t(i * key.n() + j)])));
+      }
+    return err;
+  }
 };
 
 }  // namespace cliffguard::testing

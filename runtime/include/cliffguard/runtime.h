@@ -172,6 +172,8 @@ class GemmPlan {
 
   bool ready() const { return runtime_ != nullptr; }
   bool hit() const { return hit_; }
+  // What runs the plan's calls: kExact on a hit, else the miss's kind (bucket, nearest, a default).
+  ServedBy served_by() const { return hit_ ? ServedBy::kExact : served_by_; }
   const OpKey& key() const { return key_; }
   const Schedule& schedule() const { return schedule_; }
 
@@ -201,6 +203,7 @@ class GemmPlan {
   bool hit_ = false;
   uint32_t plan_index_ = 0;    // the key's index in the runtime's per-thread plan hit counters
   MissEntry* miss_ = nullptr;  // owned by the runtime: this key's miss record
+  ServedBy served_by_ = ServedBy::kExact;  // what serves a missed plan
   std::unique_ptr<float, FreeWeights> weights_;  // packed (packed_layout_) or dense copy of B
   size_t weights_bytes_ = 0;
   bool packed_layout_ = false;  // weights_ is in the schedule's packed layout (GemmArgs::packed_b)

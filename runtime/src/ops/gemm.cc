@@ -60,11 +60,23 @@ inline bool GemmDimsValid(const GemmArgs& a) {
   return InvalidArgument(fmt::format("gemm: arguments m={} n={} k={} are too large", a.m, a.n, a.k));
 }
 
-Status MissGemm(Runtime::Impl& r, ThreadSlot* s, const GemmArgs& a, uint64_t hash, const DispatchTable* t,
-                const TableEntry* found) {
-  const OpKey key = GemmKeyOf(a);
+// Whether a (valid) gemm key is the key of these call arguments (FindGemm's test).
+inline bool IsKeyOf(const OpKey& k, const GemmArgs& a) {
+  const uint32_t head = static_cast<uint32_t>(OpKind::kGemm) | (static_cast<uint32_t>(a.dtype) << 8) |
+                        (static_cast<uint32_t>(a.trans_a) << 16) | (static_cast<uint32_t>(a.trans_b) << 24);
+  return ((k.dims[0] ^ a.m) | (k.dims[1] ^ a.n) | (k.dims[2] ^ a.k)) == 0 && DispatchTable::HeadWord(k) == head &&
+         !k.constant_weights;
+}
+
+// A missed call under table t (the thread's): its key's line in the thread's miss
+// cache, filled on the first call of the key under t, gives what serves it.
+[[gnu::noinline]] Status MissGemm(Runtime::Impl& r, ThreadSlot* s, const GemmArgs& a, uint64_t hash,
+                                  const DispatchTable* t, const TableEntry* found) {
   ThreadSlot::MissCacheLine& line = s->miss_cache[hash >> 60];
-  if (!line.Holds(hash, t->generation(), key)) {
+  if (line.hash != hash || line.generation != t->generation() || !line.entry || !IsKeyOf(line.entry->key, a))
+      [[unlikely]] {
+    if (!GemmDimsValid(a)) [[unlikely]] return InvalidGemmArgs(a);
+    const OpKey key = GemmKeyOf(a);
     // Checked before the miss is recorded: a call with bad arguments is refused, not counted.
     const ArgBounds bounds = ops::gemm::KeyArgBounds(key);
     if (!KnownKeyArgsValid(a, bounds)) [[unlikely]] return InvalidGemmArgs(a);
@@ -72,20 +84,24 @@ Status MissGemm(Runtime::Impl& r, ThreadSlot* s, const GemmArgs& a, uint64_t has
   } else if (!KnownKeyArgsValid(a, line.bounds)) [[unlikely]] {
     return InvalidGemmArgs(a);
   }
+  if (ServedByTunedKey(line.served_by) && ++line.untimed < MissEntry::kTimeSampling) {
+    line.entry->Count(s->stripe, line.served_by);
+    return RunGemm(line.fallback, a);
+  }
   const uint64_t t0 = TickClock::Now();
   Status st = RunGemm(line.fallback, a);
-  line.entry->Record(s->stripe, t0, TickClock::Now());
+  const uint64_t t1 = TickClock::Now();
+  const uint64_t calls = ServedByTunedKey(line.served_by) ? std::exchange(line.untimed, 0) : 1;
+  line.entry->Record(s->stripe, line.served_by, 1, (t1 - t0) * calls, t0, t1);
   return st;
 }
 
-// Runtime::Gemm after its fast path: the thread's first call on a new table, a hit
-// with bad arguments, or a miss.
+// Runtime::Gemm when the thread's table is not the current one (its first call on
+// a new table).
 [[gnu::noinline]] Status GemmSlow(Runtime::Impl& r, ThreadSlot* s, const GemmArgs& a, uint64_t hash) {
-  const DispatchTable* t = r.table.load(std::memory_order_acquire);
-  if (t != s->table.load(std::memory_order_relaxed)) t = r.slots.SwitchTable(s, r.table);
+  const DispatchTable* t = r.slots.SwitchTable(s, r.table);
   const TableEntry* found;
   if (const TableEntry* e = HitEntry(*t, a, hash, found)) return RunHit(s, *e, a);
-  if (!GemmDimsValid(a)) [[unlikely]] return InvalidGemmArgs(a);
   return MissGemm(r, s, a, hash, t, found);
 }
 
@@ -139,14 +155,15 @@ Status ValidateGemmArgs(const GemmArgs& a) {
 Status Runtime::Gemm(const GemmArgs& a) {
   Impl& r = *impl_;
   // Look up first: a key found in the table is a valid key, so a hit only checks
-  // the leading dimensions and pointers. The hit path ends in a tail call; anything
-  // else (a new table for this thread, a miss, bad arguments) goes to GemmSlow.
+  // the leading dimensions and pointers. The hit path ends in a tail call; a miss
+  // (or bad arguments) goes to MissGemm, a new table for this thread to GemmSlow.
   const uint64_t hash = GemmKeyHash(a.dtype, a.trans_a, a.trans_b, a.m, a.n, a.k);
   ThreadSlot* s = r.slots.Local();
   const DispatchTable* t = r.table.load(std::memory_order_acquire);
   if (t == s->table.load(std::memory_order_relaxed)) [[likely]] {
     const TableEntry* found;
     if (const TableEntry* e = HitEntry(*t, a, hash, found)) [[likely]] return RunHit(s, *e, a);
+    return MissGemm(r, s, a, hash, t, found);
   }
   return GemmSlow(r, s, a, hash);
 }
@@ -156,7 +173,7 @@ namespace {
 // Resolves a plan's schedule under the current table: a usable entry of one of
 // `keys` (in order) is a hit; else the miss record of keys[0] and its fallback.
 Status ResolvePlan(Runtime::Impl& r, std::span<const OpKey> keys, bool& hit, Schedule& schedule, MissEntry*& miss,
-                   OpKey& counted) {
+                   ServedBy& served_by, OpKey& counted) {
   std::lock_guard<std::mutex> lock(r.load_mu);
   const DispatchTable* t = r.table.load(std::memory_order_acquire);
   for (const OpKey& k : keys) {
@@ -170,9 +187,12 @@ Status ResolvePlan(Runtime::Impl& r, std::span<const OpKey> keys, bool& hit, Sch
   }
   const OpKey& key = keys[0];
   std::string why;
-  miss = r.FindMiss(key, key.Hash(), t, t->Find(key, key.Hash()), schedule, why);
+  MissEntry current;
+  miss = r.FindMiss(key, key.Hash(), t, t->Find(key, key.Hash()), current, why);
   if (!miss)
     return Unimplemented(fmt::format("PlanGemm: no kernel runs '{}' on {}: {}", key.ToString(), r.device.fingerprint, why));
+  schedule = current.fallback;
+  served_by = current.served_by;
   counted = key;
   return Status::Ok();
 }
@@ -195,7 +215,7 @@ StatusOr<GemmPlan> Runtime::PlanGemm(const OpKey& key) {
   plan.key_ = key;
   plan.ld_ = GemmLeadingDimBounds(key);
   OpKey counted;
-  CG_RETURN_IF_ERROR(ResolvePlan(r, {&key, 1}, plan.hit_, plan.schedule_, plan.miss_, counted));
+  CG_RETURN_IF_ERROR(ResolvePlan(r, {&key, 1}, plan.hit_, plan.schedule_, plan.miss_, plan.served_by_, counted));
   if (plan.hit_) plan.plan_index_ = r.slots.PlanIndex(counted);
   plan.runtime_ = &r;
   return plan;
@@ -221,7 +241,7 @@ StatusOr<GemmPlan> Runtime::PlanGemm(const OpKey& key_in, const float* weights, 
   plan.key_ = keys[0];
   plan.ld_ = ld;
   OpKey counted;
-  CG_RETURN_IF_ERROR(ResolvePlan(r, keys, plan.hit_, plan.schedule_, plan.miss_, counted));
+  CG_RETURN_IF_ERROR(ResolvePlan(r, keys, plan.hit_, plan.schedule_, plan.miss_, plan.served_by_, counted));
 
   const KernelVariant& v = *plan.schedule_.variant;
   const OpKey& key = keys[0];
@@ -256,6 +276,7 @@ GemmPlan& GemmPlan::operator=(GemmPlan&& o) noexcept {
   hit_ = std::exchange(o.hit_, false);
   plan_index_ = o.plan_index_;
   miss_ = std::exchange(o.miss_, nullptr);
+  served_by_ = o.served_by_;
   weights_ = std::move(o.weights_);
   weights_bytes_ = std::exchange(o.weights_bytes_, 0);
   packed_layout_ = o.packed_layout_;
@@ -271,7 +292,7 @@ Status GemmPlan::Dispatch(GemmArgs& args) const {
   }
   const uint64_t t0 = TickClock::Now();
   Status st = RunGemm(schedule_, args);
-  miss_->Record(runtime_->slots.Local()->stripe, t0, TickClock::Now());
+  miss_->Record(runtime_->slots.Local()->stripe, served_by_, t0, TickClock::Now());
   return st;
 }
 
