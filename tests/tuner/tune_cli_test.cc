@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -131,6 +132,11 @@ TEST(TuneCliTest, BadInputExitsNonZeroNamingTheValue) {
       {"--op conv2d --shape 4,4,4", "conv2d"},
       {"--workload /nonexistent/w.txt", "/nonexistent/w.txt"},
       {"--from-report /nonexistent/r.json", "/nonexistent/r.json"},
+      {"--shape 12,64,32 --buckets m:9,x", "m:9,x"},
+      {"--shape 12,64,32 --buckets k:8", "'k:8'"},
+      {"--shape 12,64,32 --buckets m:16,8", "strictly increasing"},
+      {"--buckets m:8", "no --shape or --workload keys"},
+      {"--shape 4,4,4 --buckets m:8 --from-report /nonexistent/r.json", "cannot be combined"},
       {"", "no keys"},
   };
   for (const auto& c : cases) {
@@ -197,6 +203,43 @@ TEST(TuneCliTest, WorkloadAndMissReportSelectKeysAndSummaryIsPrinted) {
   EXPECT_NE(r.output.find("cpu-avx2-t2-0123456789abcdef"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(spec->device.fingerprint), std::string::npos) << r.output;
   for (const auto& p : {wl, log, out, rp, log2, out2, merged, other_path}) std::remove(p.c_str());
+}
+
+// --buckets: the families of the given keys are tuned at one representative per
+// range (the largest given m in it, else its upper end), keys above the last end
+// exactly; the summary has a bucket column. Whether a bucket ships depends on
+// measured times, so only its range is checked.
+TEST(TuneCliTest, BucketsTuneOneRepresentativePerRange) {
+  const std::string log = TempPath("bk.jsonl"), out = TempPath("bk.cgb");
+  CliResult r = RunCli(fmt::format("tune --shape 12,32,16 --shape 10,32,16 --shape 40,32,16 --buckets m:8,16 "
+                                   "--trials 2 --strategy random --no-bundle-default --log {} --out {} {}",
+                                   log, out, kFast));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 bucket(s) over 2 range(s), 1 key(s) above the last end tuned exactly"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("bucket"), std::string::npos) << r.output;
+  auto spec = ReadBundleFile(out);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  std::map<std::string, std::pair<int64_t, int64_t>> want = {
+      {OpKey::Gemm(8, 32, 16).ToString(), {1, 8}},
+      {OpKey::Gemm(12, 32, 16).ToString(), {9, 16}},
+      {OpKey::Gemm(40, 32, 16).ToString(), {0, 0}},
+  };
+  ASSERT_EQ(spec->entries.size(), want.size()) << r.output;
+  for (const auto& e : spec->entries) {
+    auto it = want.find(e.key.ToString());
+    ASSERT_NE(it, want.end()) << e.key.ToString();
+    if (e.has_bucket() || it->second.second == 0) {
+      EXPECT_EQ(e.bucket_lo, it->second.first) << e.key.ToString();
+      EXPECT_EQ(e.bucket_hi, it->second.second) << e.key.ToString();
+    } else {
+      EXPECT_NE(r.output.find(fmt::format("bucket [{}, {}] refused", it->second.first, it->second.second)),
+                std::string::npos)
+          << r.output;
+    }
+  }
+  std::remove(log.c_str());
+  std::remove(out.c_str());
 }
 
 // A report written by a runtime with a 1-thread budget is tuned for that budget, so

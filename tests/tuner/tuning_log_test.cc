@@ -59,6 +59,23 @@ TEST(TuningLogTest, RoundTripKeepsEveryFieldAndParamOrder) {
   }
 }
 
+TEST(TuningLogTest, EveryRecordKindRoundTrips) {
+  for (RecordKind k : {RecordKind::kTrial, RecordKind::kDefault, RecordKind::kRemeasure, RecordKind::kCross,
+                       RecordKind::kConfirm, RecordKind::kBucket}) {
+    LogRecord r = Rec(k == RecordKind::kTrial ? 0 : -1);
+    r.kind = k;
+    const std::string line = RecordToJson(r);
+    EXPECT_NE(line.find(fmt::format("\"kind\":\"{}\"", RecordKindName(k))), std::string::npos) << line;
+    auto back = RecordFromJson(line);
+    ASSERT_TRUE(back.ok()) << line << ": " << back.status().ToString();
+    EXPECT_EQ(back->kind, k);
+  }
+  EXPECT_STREQ(RecordKindName(RecordKind::kBucket), "bucket");
+  auto bad = ParseRecordKind("buckets");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("confirm, bucket"), std::string::npos) << bad.status().message();
+}
+
 TEST(TuningLogTest, WriterAppendsWholeLinesAndReaderReadsThem) {
   const std::string path = TempPath("log1.jsonl");
   {

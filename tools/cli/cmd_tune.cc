@@ -15,6 +15,7 @@
 #include "cliffguard/bundle.h"
 #include "cliffguard/device.h"
 #include "cliffguard/miss_report.h"
+#include "cliffguard/tuner/buckets.h"
 #include "cliffguard/tuner/measurer.h"
 #include "cliffguard/tuner/strategy.h"
 #include "cliffguard/tuner/tuner.h"
@@ -33,13 +34,17 @@ std::string Duration(double s) {
 
 std::string Us(double us) { return us > 0 ? fmt::format("{:.1f}", us) : "-"; }
 
+std::string Bucket(const tuner::KeySummary& s) {
+  return s.bucket_hi > 0 ? fmt::format("[{}, {}]", s.bucket_lo, s.bucket_hi) : "-";
+}
+
 }  // namespace
 
 void AddTuneCommand(CLI::App& app) {
   struct Opts {
     std::string op = "gemm";
     std::vector<std::string> shapes;
-    std::string workload, from_report, log, out;
+    std::string workload, from_report, log, out, buckets;
     int top = 5;
     tuner::TunerOptions t;
     bool no_bundle_default = false;
@@ -53,8 +58,17 @@ void AddTuneCommand(CLI::App& app) {
   cmd->add_option("--shape", o->shapes,
                   "Shape M,N,K or M,N,K,LAYOUT (LAYOUT: nn, nt, tn, tt; t = that operand is stored transposed), or a canonical key; repeatable");
   cmd->add_option("--workload", o->workload, "Workload file: canonical op keys one per line ('#' comments) or a JSON array");
-  cmd->add_option("--from-report", o->from_report, "Miss report (JSON): tune its top-ranked keys");
-  cmd->add_option("--top", o->top, "With --from-report: how many top-ranked keys")->capture_default_str();
+  cmd->add_option("--buckets", o->buckets,
+                  "Tune shape buckets of the --shape/--workload keys' families instead of the keys: m:E1,E2,... "
+                  "(increasing upper ends; ranges [1,E1], [E1+1,E2], ...) or m:pow2:N (ends 1, 2, 4, ... below N, "
+                  "then N). Each range is tuned at its representative (the largest given m in it, else its upper "
+                  "end) and ships as a bucket if the winner holds at both ends; keys above the last end are tuned "
+                  "exactly. Not with --from-report");
+  cmd->add_option("--from-report", o->from_report,
+                  "Miss report (JSON): tune its top recommended buckets, or its top-ranked keys when it "
+                  "recommends none (older reports)");
+  cmd->add_option("--top", o->top, "With --from-report: how many recommended buckets (or top-ranked keys)")
+      ->capture_default_str();
   cmd->add_option("--trials", o->t.trials, "Trial measurements per key (resumed ones count)")->capture_default_str();
   cmd->add_option("--strategy", o->t.strategy, "Search strategy: xgb, random, grid or ga")->capture_default_str();
   cmd->add_option("--seed", o->t.seed, "Random seed")->capture_default_str();
@@ -110,6 +124,22 @@ void AddTuneCommand(CLI::App& app) {
     }
     if (o->constant_weights)
       for (auto& k : keys) k.constant_weights = true;
+    if (!o->buckets.empty() && !o->from_report.empty())
+      Fail(c, "--buckets and --from-report cannot be combined: a miss report brings its own recommended buckets. "
+              "Tune them in separate runs and `merge` the bundles");
+    std::vector<tuner::BucketTarget> buckets;
+    if (!o->buckets.empty()) {
+      auto ends = tuner::ParseBucketEnds(o->buckets, OpKind::kGemm);
+      ExitIfError(ends.status(), c);
+      for (const auto& k : keys)
+        if (k.op != OpKind::kGemm) Fail(c, fmt::format("key '{}' is not a gemm (--op gemm)", k.ToString()));
+      if (keys.empty()) Fail(c, fmt::format("--buckets {}: no --shape or --workload keys to define the families", o->buckets));
+      tuner::BucketPlan plan = tuner::BucketTargets(keys, *ends);
+      fmt::print(stderr, "tune: --buckets {}: {} bucket(s) over {} range(s), {} key(s) above the last end tuned exactly\n",
+                 o->buckets, plan.targets.size(), ends->size(), plan.exact_keys.size());
+      buckets = std::move(plan.targets);
+      keys = std::move(plan.exact_keys);
+    }
     if (!o->from_report.empty()) {
       if (o->top < 1) Fail(c, fmt::format("--top {} must be >= 1", o->top));
       auto bytes = ReadFileBytes(o->from_report, int64_t{1} << 28);
@@ -140,23 +170,33 @@ void AddTuneCommand(CLI::App& app) {
                             o->from_report, rep->device_fingerprint, rep->device_name.empty() ? "?" : rep->device_name,
                             report_threads > 0 ? fmt::format("{}", report_threads) : "unknown", *budget,
                             here.fingerprint, here.name));
-      int taken = 0;
-      for (const auto& r : rep->records) {
-        if (taken >= o->top) break;
-        if (r.key.op != OpKind::kGemm || r.key.dtype != DType::kF32) {
-          logging::Warn("tune: --from-report: skipping {} (only f32 gemm is tuned)", r.key.ToString());
-          continue;
-        }
-        keys.push_back(r.key);
-        ++taken;
+      const tuner::ReportSelection sel = tuner::SelectFromReport(
+          *rep, o->top, [](const OpKey& k) { return k.op == OpKind::kGemm && k.dtype == DType::kF32; });
+      for (const auto& k : sel.skipped)
+        logging::Warn("tune: --from-report: skipping {} (only f32 gemm is tuned)", k.ToString());
+      for (const auto& b : sel.buckets) {
+        const Status st = b.hi > 0 ? CheckBucket(b.key, b.lo, b.hi)
+                                   : InvalidArgument(fmt::format("bucket [{}, {}] of {} is no range", b.lo, b.hi,
+                                                                 b.key.ToString()));
+        if (!st.ok()) Fail(c, fmt::format("miss report '{}': recommended {}", o->from_report, st.message()));
       }
-      if (taken == 0) Fail(c, fmt::format("miss report '{}' lists no f32 gemm key to tune", o->from_report));
-      fmt::print(stderr, "tune: {} top-ranked keys from {}\n", taken, o->from_report);
+      if (!rep->recommended_buckets.empty()) {
+        if (sel.buckets.empty())
+          Fail(c, fmt::format("miss report '{}' recommends no f32 gemm bucket to tune", o->from_report));
+        fmt::print(stderr, "tune: {} of {} recommended buckets from {} (their ranges, not the report's keys, are tuned)\n",
+                   sel.buckets.size(), rep->recommended_buckets.size(), o->from_report);
+      } else {
+        if (sel.keys.empty()) Fail(c, fmt::format("miss report '{}' lists no f32 gemm key to tune", o->from_report));
+        fmt::print(stderr, "tune: {} top-ranked keys from {} (it recommends no buckets)\n", sel.keys.size(),
+                   o->from_report);
+      }
+      keys.insert(keys.end(), sel.keys.begin(), sel.keys.end());
+      buckets = sel.buckets;
     }
     for (const auto& k : keys)
       if (k.op != OpKind::kGemm) Fail(c, fmt::format("key '{}' is not a gemm (--op gemm)", k.ToString()));
     keys = tuner::DedupKeys(keys);
-    if (keys.empty()) Fail(c, "no keys to tune: give --shape, --workload or --from-report");
+    if (keys.empty() && buckets.empty()) Fail(c, "no keys to tune: give --shape, --workload or --from-report");
 
     tuner::TunerOptions& t = o->t;
     if (o->sandbox != "auto" && o->sandbox != "fork" && o->sandbox != "spawn")
@@ -169,6 +209,7 @@ void AddTuneCommand(CLI::App& app) {
       t.measure.worker_command = {std::string(self, size_t(n)), "measure-worker"};
     }
     t.keys = keys;
+    t.buckets = buckets;
     t.log_path = o->log;
     t.bundle_default = !o->no_bundle_default;
     t.confirm = !o->no_confirm;
@@ -192,12 +233,12 @@ void AddTuneCommand(CLI::App& app) {
     if (line_open) fmt::print(stderr, "\n");
     ExitIfError(res.status(), c);
 
-    Table table({"key", "default us", "tuned us", "speed-up", "GFLOP/s", "trials", "errors", "note"});
+    Table table({"key", "default us", "tuned us", "speed-up", "GFLOP/s", "trials", "errors", "bucket", "note"});
     for (const auto& s : res->summaries)
       table.Row({s.key.ToString(), Us(s.default_us), s.has_best ? Us(s.tuned_us) : "-",
                  s.speedup > 0 ? fmt::format("{:.2f}x", s.speedup) : "-",
                  s.has_best ? fmt::format("{:.1f}", s.gflops) : "-", fmt::format("{}", s.trials),
-                 fmt::format("{}", s.errors),
+                 fmt::format("{}", s.errors), Bucket(s),
                  s.note + (s.resumed ? fmt::format("{}{} resumed", s.note.empty() ? "" : "; ", s.resumed) : "")});
     fmt::print("{}", table.Render());
     if (res->bundle.entries.empty()) Fail(c, "no key got a verified schedule; no bundle written", 1);

@@ -55,6 +55,8 @@ BundleSpec MakeBundleSpec(const DeviceInfo& device, std::span<const KeyOutcome> 
     e.tuned_spread_us = o.tuned_spread_us;
     e.default_spread_us = o.default_spread_us;
     e.trials = o.trials;
+    e.bucket_lo = o.bucket_lo;
+    e.bucket_hi = o.bucket_hi;
     e.tuned_at = o.tuned_at;
     e.provenance = o.provenance;
     spec.entries.push_back(std::move(e));

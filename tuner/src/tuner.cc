@@ -70,12 +70,45 @@ struct OpId {
   }
 };
 
+Status ValidateBuckets(const std::vector<BucketTarget>& buckets) {
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const BucketTarget& b = buckets[i];
+    const std::string key = b.key.ToString();
+    if (Status st = b.key.Validate(); !st.ok())
+      return InvalidArgument(fmt::format("tune: bucket key '{}': {}", key, st.message()));
+    if (b.lo == 0 && b.hi == 0)
+      return InvalidArgument(fmt::format("tune: bucket [0, 0] of {} is no range; a bucket needs 1 <= lo <= hi", key));
+    if (Status st = CheckBucket(b.key, b.lo, b.hi); !st.ok()) return InvalidArgument(fmt::format("tune: {}", st.message()));
+    for (const int64_t e : {b.lo, b.hi}) {
+      const OpKey end = WithVaryingDim(b.key, e);
+      if (Status st = end.Validate(); !st.ok())
+        return InvalidArgument(
+            fmt::format("tune: bucket [{}, {}] of {}: end key '{}': {}", b.lo, b.hi, key, end.ToString(), st.message()));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      const BucketTarget& a = buckets[j];
+      if (a.key == b.key) {
+        if (a.lo == b.lo && a.hi == b.hi) continue;  // the same target twice: tuned once
+        return InvalidArgument(fmt::format("tune: {} has two bucket ranges, [{}, {}] and [{}, {}]; a key has at most one",
+                                           key, a.lo, a.hi, b.lo, b.hi));
+      }
+      if (KeyFamily(a.key) == KeyFamily(b.key) && a.lo <= b.hi && b.lo <= a.hi)
+        return InvalidArgument(fmt::format("tune: bucket [{}, {}] of {} overlaps bucket [{}, {}] of {}; the ranges of "
+                                           "one family must be disjoint",
+                                           b.lo, b.hi, key, a.lo, a.hi, a.key.ToString()));
+    }
+  }
+  return Status::Ok();
+}
+
 Status ValidateOptions(const TunerOptions& o) {
-  if (o.keys.empty()) return InvalidArgument("tune: no op keys given (--shape, --workload or --from-report)");
+  if (o.keys.empty() && o.buckets.empty())
+    return InvalidArgument("tune: no op keys given (--shape, --workload, --buckets or --from-report)");
   for (const auto& k : o.keys) {
     Status st = k.Validate();
     if (!st.ok()) return InvalidArgument(fmt::format("tune: key '{}': {}", k.ToString(), st.message()));
   }
+  CG_RETURN_IF_ERROR(ValidateBuckets(o.buckets));
   if (o.trials < 1) return InvalidArgument(fmt::format("tune: trials={} must be >= 1", o.trials));
   if (o.batch_size < 1) return InvalidArgument(fmt::format("tune: batch={} must be >= 1", o.batch_size));
   if (o.log_path.empty()) return InvalidArgument("tune: a tuning log path is required (--log)");
@@ -111,6 +144,10 @@ class TuneRun {
     result_.device = std::move(device);
     for (const auto& key : o.keys)
       if (std::find(keys_.begin(), keys_.end(), key) == keys_.end()) keys_.push_back(key);
+    for (const auto& b : o.buckets) {
+      if (std::find(keys_.begin(), keys_.end(), b.key) == keys_.end()) keys_.push_back(b.key);
+      buckets_[b.key.ToString()] = {b.lo, b.hi};
+    }
   }
 
   StatusOr<TuneResult> Run(Measurer& measurer) {
@@ -287,6 +324,7 @@ class TuneRun {
     KeyOutcome out;
     CG_RETURN_IF_ERROR(PickWinner(ki, ks, sum, out));
     CG_RETURN_IF_ERROR(Confirm(ki, ks, sum, out));
+    CG_RETURN_IF_ERROR(VerifyBucket(ki, ks, sum, out));
     outcomes_.push_back(out);
     result_.summaries.push_back(sum);
     return Status::Ok();
@@ -514,6 +552,61 @@ class TuneRun {
     return Status::Ok();
   }
 
+  // Step 5: the entry's schedule at each end of the key's bucket against that end
+  // key's default, measured together; the bucket ships when it holds at every end.
+  Status VerifyBucket(size_t ki, KeyState& ks, KeySummary& sum, KeyOutcome& out) {
+    auto bit = buckets_.find(ks.key.ToString());
+    if (bit == buckets_.end()) return Status::Ok();
+    const auto [lo, hi] = bit->second;
+    const OpKey& key = ks.key;
+    const std::string range = fmt::format("[{}, {}]", lo, hi);
+    auto refuse = [&](const std::string& why) {
+      sum.note += fmt::format("{}bucket {} refused: {}", sum.note.empty() ? "" : "; ", range, why);
+      logging::Warn("tune: {}: bucket {} refused: {}", key.ToString(), range, why);
+      return Status::Ok();
+    };
+    if (!out.has_best) return refuse("no verified schedule");
+    Report(ki, key, sum.trials, out.tuned_us, "bucket");
+    std::vector<std::string> checked;
+    for (const int64_t e : {lo, hi}) {
+      if (e == key.dims[kVaryingDim]) continue;
+      const OpKey end = WithVaryingDim(key, e);
+      const std::string at = fmt::format("{}={}", VaryingDimName(key.op), e);
+      if (Status st = CheckSchedule(out.best, end, device()); !st.ok())
+        return refuse(fmt::format("the entry's schedule is not valid at {}: {}", at, st.message()));
+      auto def = DefaultSchedule(end, device());
+      if (!def.ok()) return refuse(fmt::format("no default schedule at {}: {}", at, def.status().message()));
+      if (*def == out.best) {  // a miss there runs this schedule anyway
+        checked.push_back(fmt::format("{}: the default itself", at));
+        continue;
+      }
+      const std::vector<Schedule> pair = {out.best, *def};
+      CG_ASSIGN_OR_RETURN(auto re, measurer_->MeasureInterleaved(end, pair));
+      KeyState& es = state_[end.ToString()];
+      es.key = end;
+      for (const auto& r : re) {
+        CG_RETURN_IF_ERROR(Log(RecordKind::kBucket, r, -1));
+        es.extra.push_back(r);
+        es.Note(r);
+      }
+      if (re.size() != 2) return refuse(fmt::format("no result at {}", at));
+      const MeasureResult &w = re[0], &d = re[1];
+      if (!w.ok) return refuse(fmt::format("the entry's schedule fails at {}: {}", at, w.error));
+      if (!d.ok) return refuse(fmt::format("the default fails at {} ({}): nothing verified to compare with", at, d.error));
+      const double noise = std::max(o_.confirm_min_gain * d.median_us, 0.5 * (w.spread_us + d.spread_us));
+      if (w.median_us > d.median_us + noise)
+        return refuse(fmt::format("at {} the entry's schedule takes {} us, the default {} us: slower beyond the noise "
+                                  "({} us)",
+                                  at, Us(w.median_us), Us(d.median_us), Us(noise)));
+      checked.push_back(fmt::format("{}: {} us, default {} us", at, Us(w.median_us), Us(d.median_us)));
+    }
+    out.bucket_lo = sum.bucket_lo = lo;
+    out.bucket_hi = sum.bucket_hi = hi;
+    logging::Info("tune: {}: bucket {} verified{}{}", key.ToString(), range, checked.empty() ? "" : ": ",
+                  fmt::join(checked, "; "));
+    return Status::Ok();
+  }
+
   static std::string Us(double us) { return fmt::format("{:.3g}", us); }
 
   // ---- per-op, per-shape-class bundle defaults ----
@@ -610,6 +703,7 @@ class TuneRun {
   const Clock::time_point start_;
   std::span<const KernelVariant* const> variants_;
   std::vector<OpKey> keys_;
+  std::map<std::string, std::pair<int64_t, int64_t>> buckets_;  // key text -> its bucket [lo, hi]
   TuneResult result_;
   Measurer* measurer_ = nullptr;
   std::unique_ptr<TuningLogWriter> writer_;

@@ -29,6 +29,7 @@ const char* RecordKindName(RecordKind k) {
     case RecordKind::kRemeasure: return "remeasure";
     case RecordKind::kCross: return "cross";
     case RecordKind::kConfirm: return "confirm";
+    case RecordKind::kBucket: return "bucket";
   }
   return "?";
 }
@@ -39,7 +40,9 @@ StatusOr<RecordKind> ParseRecordKind(std::string_view s) {
   if (s == "remeasure") return RecordKind::kRemeasure;
   if (s == "cross") return RecordKind::kCross;
   if (s == "confirm") return RecordKind::kConfirm;
-  return InvalidArgument(fmt::format("record kind '{}' is not one of: trial, default, remeasure, cross, confirm", s));
+  if (s == "bucket") return RecordKind::kBucket;
+  return InvalidArgument(
+      fmt::format("record kind '{}' is not one of: trial, default, remeasure, cross, confirm, bucket", s));
 }
 
 double UnixNow() {

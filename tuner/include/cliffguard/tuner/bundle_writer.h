@@ -33,6 +33,9 @@ struct KeyOutcome {
   double tuned_spread_us = 0;  // MeasureResult::spread_us behind tuned_us (0: not known)
   double default_spread_us = 0;
   uint32_t trials = 0;         // trial measurements spent on this key (resumed ones included)
+  // The bucket verified for `best` (BundleEntry::bucket_lo/hi): the range of the
+  // varying dimension whose missed keys of this key's family it serves. 0, 0: none.
+  int64_t bucket_lo = 0, bucket_hi = 0;
   uint64_t tuned_at = 0;       // unix seconds
   std::string provenance;      // "strategy=xgb seed=1 trials=64 host=... log=..."
 };

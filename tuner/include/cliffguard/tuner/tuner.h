@@ -26,6 +26,17 @@
 //      mean of the two spreads, each half the range of its per-round medians). Else the default
 //      ships as the key's entry (a hit that runs the default). The entry records
 //      both medians and spreads of this measurement.
+//   5. bucket check (keys of TunerOptions::buckets only): at each end e of the range
+//      other than the key's own varying dimension, the end key
+//      WithVaryingDim(key, e) measures what ships (step 4's choice) against
+//      DefaultSchedule(end key), together, interleaved ("bucket" records, whose key
+//      is the end key). The bucket ships when, at every end, the shipped schedule is
+//      valid (CheckSchedule), passes the correctness gate, and its median is at most
+//      the end default's plus the noise: max(confirm_min_gain of the end default's
+//      median, the mean of the two spreads). An end whose default is the shipped
+//      schedule passes unmeasured. An end whose default fails refuses the bucket
+//      (nothing verified to compare with). A refused bucket leaves the entry exact;
+//      the note names the end and both times.
 // Then, per op and shape class, the bundle default (docs/tuning.md): candidates are
 // the top default_candidates schedules of every tuned key of the class; each
 // candidate's time on each other shape comes from the log or is measured now
@@ -39,8 +50,10 @@
 //
 // Resume: with resume=true the log is read (a partial last line is dropped and cut
 // off), records of this device are fed to the strategy through Update before its
-// first batch and count toward the trial budget, so no measurement is repeated.
-// Without resume an existing non-empty log is refused (never overwritten).
+// first batch and count toward the trial budget, so no trial is repeated; the
+// default record is reused. Other records (remeasure, cross, confirm, bucket) are
+// kept with the key they measured (a bucket record with its end key); the near-tie
+// re-measurement, the confirmation and the bucket check run again. Without resume an existing non-empty log is refused (never overwritten).
 #pragma once
 
 #include <cstdint>
@@ -65,7 +78,7 @@ struct TuneProgress {
   double key_best_gflops = 0;  // best verified GFLOP/s of this key so far (0: none yet)
   double elapsed_s = 0;
   double eta_s = -1;           // estimated seconds left for the run; -1 unknown
-  std::string phase;           // "default", "trials", "remeasure", "bundle default"
+  std::string phase;           // "default", "trials", "remeasure", "confirm", "bucket", "bundle default"
 };
 
 struct KeySummary {
@@ -83,15 +96,17 @@ struct KeySummary {
   bool confirmed = false;   // the confirmation measured the winner against the default
   bool default_shipped = false;  // the confirmation found the winner no faster: the default ships
   int64_t bucket_lo = 0, bucket_hi = 0;  // the bucket shipped with the entry (0, 0: none)
-  std::string note;       // why a key has no best, etc.
+  std::string note;       // why a key has no best, why its bucket was refused, etc.
 };
 
 // A bucket to tune: `key` (its representative) is tuned like any key, then its
 // winner is checked at the range's ends (the keys of its family with the varying
 // dimension at lo and at hi): correct there and not slower than each end's own
-// default beyond the noise (the confirmation's rule). The entry ships with the
-// bucket [lo, hi] when both ends pass, else without a bucket (the note says why).
-// lo <= key's varying dimension <= hi.
+// default beyond the noise (the confirmation's rule; step 5 above). The entry ships
+// with the bucket [lo, hi] when both ends pass, else without a bucket (the note says
+// why). lo <= key's varying dimension <= hi (CheckBucket). The ranges of one family
+// (KeyFamily) must not overlap; one key has at most one range. buckets.h builds
+// targets from a spec ("m:pow2:64") or takes them from a miss report.
 struct BucketTarget {
   OpKey key;
   int64_t lo = 0, hi = 0;
@@ -123,6 +138,7 @@ struct TunerOptions {
   int tie_max = 4;                   // at most this many candidates re-measured per key
   // Confirmation (step 4): the winner ships only when faster than the default by
   // more than max(confirm_min_gain * default, the mean of the two spreads).
+  // confirm_min_gain is also the bucket check's noise floor (step 5).
   bool confirm = true;
   double confirm_min_gain = 0.02;
   bool bundle_default = true;        // compute the per-op bundle default
@@ -138,11 +154,12 @@ struct TunerOptions {
 struct TuneResult {
   DeviceInfo device;
   BundleSpec bundle;                 // entries for keys with a verified best
-  std::vector<KeySummary> summaries; // one per key, in option order
+  std::vector<KeySummary> summaries; // one per key, in option order: keys, then bucket keys not among them
   int64_t measurements = 0;          // measured in this run (all record kinds)
 };
 
-// Errors: kInvalidArgument for bad options (naming the value and rule),
+// Errors: kInvalidArgument for bad options (naming the value and rule; a bad bucket:
+// CheckBucket's rule, an invalid end key, overlapping ranges of one family),
 // kFailedPrecondition for an existing log without resume, kDataLoss for a corrupt
 // log, kIoError when the log cannot be written. A key whose every candidate fails
 // is not an error: its summary says so and it gets no bundle entry.

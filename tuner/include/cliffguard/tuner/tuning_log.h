@@ -39,7 +39,10 @@ inline constexpr int kTuningLogVersion = 1;
 //              shape of the workload; not counted as a trial.
 //   confirm:   the winner and the default measured together, interleaved, as the
 //              serving path runs them; decides which of the two ships.
-enum class RecordKind : uint8_t { kTrial = 0, kDefault = 1, kRemeasure = 2, kCross = 3, kConfirm = 4 };
+//   bucket:    a bucket's check at one end of its range: the winner of the bucket's
+//              key and the default of the end key, measured together, interleaved;
+//              the record's key is the end key. Decides whether the bucket ships.
+enum class RecordKind : uint8_t { kTrial = 0, kDefault = 1, kRemeasure = 2, kCross = 3, kConfirm = 4, kBucket = 5 };
 const char* RecordKindName(RecordKind k);
 StatusOr<RecordKind> ParseRecordKind(std::string_view s);
 
