@@ -137,7 +137,7 @@ std::string MissReportToJson(const MissReport& r, int indent) {
     for (int i = 0; i < kNumServedBy; ++i)
       if (m.served_calls[i])
         per[ServedByName(static_cast<ServedBy>(i))] = ordered_json{{"calls", m.served_calls[i]}, {"us", m.served_us[i]}};
-    o["served"] = per;
+    if (!per.empty()) o["served"] = per;  // else every call ran served_by (the reader's rule)
     recs.push_back(std::move(o));
   }
   j["records"] = recs;
@@ -254,7 +254,7 @@ StatusOr<MissReport> MissReportFromJson(std::string_view text) {
       }
       if (sum != m.count)
         return InvalidArgument(fmt::format("{}.served: {} calls in total but count is {}", er.path(), sum, m.count));
-    } else {  // reports written before served kinds: every miss ran a default
+    } else {  // reports written before served kinds (every miss ran a default), or without a split
       m.served_calls[static_cast<int>(m.served_by)] = m.count;
       m.served_us[static_cast<int>(m.served_by)] = m.fallback_us_total;
     }

@@ -291,5 +291,48 @@ TEST(TuneCliTest, FromReportTunesForTheReportedDeviceOrRefuses) {
   std::remove(rp.c_str());
 }
 
+// The loop of a dynamic-shape workload: a runtime serves m's its bundle lacks, its
+// report recommends a bucket, `tune --from-report` tunes that bucket, and the
+// runtime then serves those m's by it.
+TEST(TuneCliTest, FromReportTunesTheRecommendedBucketsOfARuntimesReport) {
+  RuntimeOptions o;
+  o.threads = 1;
+  o.warn_on_miss = false;
+  auto rt = Runtime::Create(o);
+  ASSERT_TRUE(rt.ok());
+  std::vector<float> a(64 * 24, 1.f), b(24 * 40, 1.f), c(64 * 40);
+  for (int64_t m : {5, 6, 7, 7, 30}) {
+    const OpKey key = OpKey::Gemm(m, 40, 24, false, true);
+    ASSERT_TRUE((*rt)->Gemm(DenseGemmArgs(key, a.data(), b.data(), c.data())).ok());
+  }
+  const MissReport rep = (*rt)->GetMissReport();
+  ASSERT_EQ(rep.recommended_buckets.size(), 2u);  // (4, 8] and (16, 32]
+  const std::string rp = TempPath("rec.json"), log = TempPath("rec.jsonl"), out = TempPath("rec.cgb");
+  ASSERT_TRUE((*rt)->WriteMissReport(rp).ok());
+  CliResult r = RunCli(fmt::format("tune --from-report {} --top 1 --trials 2 --strategy random --log {} --out {} {}",
+                                   rp, log, out, kFast));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto spec = ReadBundleFile(out);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_EQ(spec->entries.size(), 1u);
+  const BundleEntry& e = spec->entries[0];
+  // The top recommendation's representative: the m that spent the most time in a default.
+  EXPECT_EQ(KeyFamily(e.key), KeyFamily(OpKey::Gemm(1, 40, 24, false, true)));
+  EXPECT_TRUE(e.key.m() >= 5 && e.key.m() <= 8) << e.key.ToString();
+  if (e.has_bucket()) {  // shipped when it holds at the range's ends (measured: may be refused)
+    EXPECT_EQ(e.bucket_lo, 5);
+    EXPECT_EQ(e.bucket_hi, 8);
+    ASSERT_TRUE((*rt)->LoadBundleFile(out).ok());
+    auto res = (*rt)->Resolve(OpKey::Gemm(5, 40, 24, false, true));
+    ASSERT_TRUE(res.ok());
+    EXPECT_EQ(res->served_by, e.key.m() == 5 ? ServedBy::kExact : ServedBy::kBucket);
+  } else {
+    EXPECT_NE(r.output.find("refused"), std::string::npos) << r.output;
+  }
+  std::remove(rp.c_str());
+  std::remove(log.c_str());
+  std::remove(out.c_str());
+}
+
 }  // namespace
 }  // namespace cliffguard::tuner

@@ -16,22 +16,52 @@ std::string RenderMissReport(const MissReport& r, size_t max_rows) {
   out += fmt::format("device {}: {} calls, {} hits, {} misses ({:.1f}% missed) over {} missed keys\n",
                                 r.device_fingerprint, r.calls, r.hits, r.misses,
                                 r.calls ? 100.0 * double(r.misses) / double(r.calls) : 0.0, r.records.size());
+  std::string served;
+  for (int i = 0; i < kNumServedBy; ++i)
+    served += fmt::format("{}{} {}", i ? ", " : "", ServedByName(static_cast<ServedBy>(i)), r.served[i]);
+  out += fmt::format("served by: {}\n", served);
   if (r.records.empty()) return out + "no misses: every call ran a tuned schedule\n";
   out += fmt::format("expected gain assumes a tuned speed-up of {:.2f}x ({})\n\n", r.expected_speedup,
                      r.expected_speedup_basis.empty() ? "the median tuned speed-up of the loaded bundles"
                                                       : r.expected_speedup_basis);
-  Table t({"rank", "key", "kind", "count", "fallback total", "per call", "expected gain", "seen (s)"});
+  Table t({"rank", "key", "kind", "served by", "count", "time", "per call", "expected gain", "seen (s)"});
   size_t rank = 0;
   for (const MissRecord& m : r.records) {
     if (max_rows && rank >= max_rows) break;
     ++rank;
-    t.Row({fmt::format("{}", rank), m.key.ToString(), MissKindName(m.kind), fmt::format("{}", m.count),
+    std::string by = ServedByName(m.served_by);
+    if (auto from = OpKey::Parse(m.served_from); from.ok())
+      by += m.bucket_hi > 0 ? fmt::format(" [{}, {}] of {}={}", m.bucket_lo, m.bucket_hi, VaryingDimName(from->op),
+                                          from->dims[kVaryingDim])
+                            : fmt::format(" {}={}", VaryingDimName(from->op), from->dims[kVaryingDim]);
+    t.Row({fmt::format("{}", rank), m.key.ToString(), MissKindName(m.kind), by, fmt::format("{}", m.count),
            HumanMicros(m.fallback_us_total), HumanMicros(m.count ? m.fallback_us_total / double(m.count) : 0),
-           m.expected_gain_us > 0 ? HumanMicros(m.expected_gain_us) : "unknown",
+           m.expected_gain_us > 0 ? HumanMicros(m.expected_gain_us)
+                                  : (ServedByTunedKey(m.served_by) ? "-" : "unknown"),
            fmt::format("{:.1f}", m.last_seen - m.first_seen)});
   }
   out += t.Render();
   if (max_rows && r.records.size() > max_rows) out += fmt::format("... {} more keys\n", r.records.size() - max_rows);
+  out += "(time: in the schedule that served the key; bucket and nearest calls are timed one in 16. expected gain: "
+         "time in a default x (1 - 1/speed-up); seen: seconds from first to last call)\n";
+  if (!r.buckets.empty()) {
+    Table b({"bucket of", "range", "keys", "calls", "time"});
+    for (const BucketTraffic& x : r.buckets)
+      b.Row({x.key.ToString(), fmt::format("[{}, {}]", x.lo, x.hi), fmt::format("{}", x.keys),
+             fmt::format("{}", x.calls), HumanMicros(x.us_total)});
+    out += "\ntraffic absorbed by buckets:\n" + b.Render();
+  }
+  if (!r.recommended_buckets.empty()) {
+    Table b({"tune", "range", "keys", "calls", "time in defaults", "expected gain"});
+    size_t n = 0;
+    for (const BucketRecommendation& x : r.recommended_buckets) {
+      if (max_rows && n++ >= max_rows) break;
+      b.Row({x.key.ToString(), fmt::format("[{}, {}]", x.lo, x.hi), fmt::format("{}", x.keys),
+             fmt::format("{}", x.calls), HumanMicros(x.default_us_total),
+             x.expected_gain_us > 0 ? HumanMicros(x.expected_gain_us) : "unknown"});
+    }
+    out += "\nrecommended buckets (missed calls that ran a default, by range of the varying dimension):\n" + b.Render();
+  }
   return out;
 }
 
@@ -50,9 +80,12 @@ void AddMissesCommand(CLI::App& app) {
     auto report = MissReportFromJson(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
     if (!report.ok()) Fail("misses", fmt::format("{}: {}", opts->path, report.status().ToString()));
     fmt::print("{}", RenderMissReport(*report, opts->top));
-    if (!report->records.empty())
-      fmt::print("\nto tune them: cliffguard tune --from-report {} --top {} --log tuned.jsonl --out tuned.cgb\n", opts->path,
-                 opts->top ? opts->top : report->records.size());
+    const size_t targets =
+        report->recommended_buckets.empty() ? report->records.size() : report->recommended_buckets.size();
+    if (targets)
+      fmt::print("\nto tune {}: cliffguard tune --from-report {} --top {} --log tuned.jsonl --out tuned.cgb\n",
+                 report->recommended_buckets.empty() ? "them" : "the recommended buckets", opts->path,
+                 opts->top ? std::min(opts->top, targets) : targets);
   });
 }
 

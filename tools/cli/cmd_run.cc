@@ -22,6 +22,7 @@ void AddRunCommand(CLI::App& app) {
     std::string miss_report;
     bool plan = false;
     bool packed = false;
+    std::string fallback;
   };
   auto opts = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("run", "Serve calls through the runtime and report hits, misses and speed");
@@ -32,6 +33,10 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_option("--threads", opts->threads, "Thread budget (0: CLIFFGUARD_THREADS or all)")->check(CLI::Range(0, 1024));
   cmd->add_option("--miss-report", opts->miss_report, "Write the miss report JSON here");
   cmd->add_flag("--plan", opts->plan, "Dispatch through GemmPlan (create once, run many) instead of per call");
+  cmd->add_option("--fallback", opts->fallback,
+                  "What a missed key may run before the defaults: exact (its own entry only), bucket (a bucket of "
+                  "its family), nearest (a bucket, else the nearest tuned key of its family). Default: "
+                  "CLIFFGUARD_FALLBACK, else nearest");
   cmd->add_flag("--packed", opts->packed,
                 "Serve through constant-weight plans: B packed once at plan creation, calls pass A and C "
                 "(keys written with weights=constant are always served so)");
@@ -44,6 +49,11 @@ void AddRunCommand(CLI::App& app) {
     }
     RuntimeOptions ro;
     ro.threads = opts->threads;
+    if (!opts->fallback.empty()) {
+      auto p = ParseFallbackPolicy(opts->fallback);
+      if (!p.ok()) Fail("run", fmt::format("--fallback: {}", p.status().message()));
+      ro.fallback = *p;
+    }
     auto rt = Runtime::Create(ro);
     ExitIfError(rt.status(), "run");
     Runtime& r = **rt;
@@ -87,6 +97,7 @@ void AddRunCommand(CLI::App& app) {
       if (packed) {
         res->hit = plan.hit();
         res->schedule = plan.schedule();
+        res->served_by = plan.served_by();
       }
       std::vector<double> us;
       us.reserve(size_t(opts->iters));
@@ -101,7 +112,10 @@ void AddRunCommand(CLI::App& app) {
       }
       std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
       const double med = us[us.size() / 2];
-      const std::string how = res->hit ? "hit" : fmt::format("miss ({}, {})", MissKindName(res->miss_kind), res->fallback);
+      const std::string how =
+          res->hit ? "hit"
+                   : fmt::format("miss ({}, served by {})", MissKindName(res->miss_kind),
+                                 ServedByTunedKey(res->served_by) ? res->fallback : ServedByName(res->served_by));
       t.Row({key.ToString(), how, HumanMicros(med), fmt::format("{:.1f}", key.Flops() / (med * 1e3)),
              res->schedule.ToString()});
     }

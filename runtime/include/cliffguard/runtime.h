@@ -12,11 +12,16 @@
 // call, which may take a lock of its own (OpenBLAS: a shared one around its global
 // thread count) or allocate (oneDNN: its argument map).)
 //
-// Miss path: never fails the call because of the miss. Counted exactly per key
-// (no lost counts under concurrency), warned once per key through the cliffguard
-// logger (log.h), and the time spent in the fallback kernel accumulated per key. A
-// call that fails (bad arguments, no kernel for its dtype on this device) is
-// neither a hit nor a miss.
+// Miss path: never fails the call because of the miss. What runs it, in order: the
+// bucket of a tuned key of its family holding its varying dimension, the nearest
+// tuned key of its family (as the FallbackPolicy allows), the bundle default of its
+// op and shape class, the built-in default. Resolved once per key, dispatch table
+// and thread (a repeated bucket or nearest call costs about a hit). Counted exactly
+// per key and per kind that served it (ServedBy; no lost counts under concurrency),
+// warned once per key through the cliffguard logger (log.h), and the time spent in
+// the schedule that served it accumulated per key (bucket and nearest calls: one in
+// MissEntry::kTimeSampling timed). A call that fails (bad arguments, no kernel for
+// its dtype on this device) is neither a hit nor a miss.
 //
 // Reports: Stats and GetMissReport each read one snapshot, consistent while other
 // threads dispatch. A Runtime in a global or static variable writes its report at
