@@ -126,6 +126,8 @@ inline void FuzzMissReport(const uint8_t* data, size_t size) {
   auto report = MissReportFromJson(std::string_view(reinterpret_cast<const char*>(data), size));
   if (!report.ok()) return;
   RankMissRecords(*report);
+  for (const auto& b : RecommendBuckets(report->records, report->expected_speedup))
+    CG_FUZZ_CHECK(b.lo >= 1 && b.lo <= b.key.dims[kVaryingDim] && b.key.dims[kVaryingDim] <= b.hi);
   auto back = MissReportFromJson(MissReportToJson(*report));
   CG_FUZZ_CHECK(back.ok());
   if (back.ok()) CG_FUZZ_CHECK(back->records.size() == report->records.size());

@@ -309,25 +309,30 @@ TEST(TuneCliTest, FromReportTunesTheRecommendedBucketsOfARuntimesReport) {
   ASSERT_EQ(rep.recommended_buckets.size(), 2u);  // (4, 8] and (16, 32]
   const std::string rp = TempPath("rec.json"), log = TempPath("rec.jsonl"), out = TempPath("rec.cgb");
   ASSERT_TRUE((*rt)->WriteMissReport(rp).ok());
-  CliResult r = RunCli(fmt::format("tune --from-report {} --top 1 --trials 2 --strategy random --log {} --out {} {}",
+  // Both ranges are tuned, so the test does not depend on which one the measured times rank first.
+  CliResult r = RunCli(fmt::format("tune --from-report {} --top 2 --trials 2 --strategy random --log {} --out {} {}",
                                    rp, log, out, kFast));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto spec = ReadBundleFile(out);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  ASSERT_EQ(spec->entries.size(), 1u);
-  const BundleEntry& e = spec->entries[0];
-  // The top recommendation's representative: the m that spent the most time in a default.
-  EXPECT_EQ(KeyFamily(e.key), KeyFamily(OpKey::Gemm(1, 40, 24, false, true)));
-  EXPECT_TRUE(e.key.m() >= 5 && e.key.m() <= 8) << e.key.ToString();
-  if (e.has_bucket()) {  // shipped when it holds at the range's ends (measured: may be refused)
-    EXPECT_EQ(e.bucket_lo, 5);
-    EXPECT_EQ(e.bucket_hi, 8);
-    ASSERT_TRUE((*rt)->LoadBundleFile(out).ok());
-    auto res = (*rt)->Resolve(OpKey::Gemm(5, 40, 24, false, true));
-    ASSERT_TRUE(res.ok());
-    EXPECT_EQ(res->served_by, e.key.m() == 5 ? ServedBy::kExact : ServedBy::kBucket);
-  } else {
-    EXPECT_NE(r.output.find("refused"), std::string::npos) << r.output;
+  ASSERT_EQ(spec->entries.size(), 2u);
+  ASSERT_TRUE((*rt)->LoadBundleFile(out).ok());
+  for (const BundleEntry& e : spec->entries) {
+    EXPECT_EQ(KeyFamily(e.key), KeyFamily(OpKey::Gemm(1, 40, 24, false, true)));
+    // The representative is an observed m of its range: the one that spent the most time in a default.
+    const bool low = e.key.m() >= 5 && e.key.m() <= 7;
+    EXPECT_TRUE(low || e.key.m() == 30) << e.key.ToString();
+    if (e.has_bucket()) {  // shipped when it holds at the range's ends (measured: may be refused)
+      EXPECT_EQ(e.bucket_lo, low ? 5 : 17);
+      EXPECT_EQ(e.bucket_hi, low ? 8 : 32);
+      const int64_t other_end = e.key.m() == e.bucket_lo ? e.bucket_hi : e.bucket_lo;
+      auto res = (*rt)->Resolve(OpKey::Gemm(other_end, 40, 24, false, true));
+      ASSERT_TRUE(res.ok());
+      EXPECT_EQ(res->served_by, ServedBy::kBucket) << other_end;
+      EXPECT_EQ(res->served_from, e.key);
+    } else {
+      EXPECT_NE(r.output.find("refused"), std::string::npos) << r.output;
+    }
   }
   std::remove(rp.c_str());
   std::remove(log.c_str());
