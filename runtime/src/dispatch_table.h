@@ -94,7 +94,8 @@ class DispatchTable {
   const Schedule* BundleDefault(const OpKey& key) const;
   // The tuned entry of key's family that serves it as a miss under `policy`
   // (runtime.h, FallbackPolicy): a bucket holding its varying dimension (of several,
-  // the one whose key is nearest), else with kNearest the nearest tuned key; only
+  // the one whose key is nearest), else with kNearest the nearest tuned key within a
+  // factor of kNearestMaxRatio; only
   // entries whose schedule `valid` accepts for key. A constant-weights key looks in
   // its own family, then in the family without constant weights. Not on the hit
   // path: a missed key resolves once per table.
@@ -172,7 +173,10 @@ TunedFallback DispatchTable::FindTuned(const OpKey& key, FallbackPolicy policy, 
       if (it == families_.end()) continue;
       const TableEntry* best = nullptr;
       for (const TableEntry* e : it->second) {
-        if (by == ServedBy::kBucket && !(e->bucket_lo <= v && v <= e->bucket_hi)) continue;
+        const int64_t w = e->key.dims[kVaryingDim];
+        if (by == ServedBy::kBucket ? !(e->bucket_lo <= v && v <= e->bucket_hi)
+                                    : w > kNearestMaxRatio * v || v > kNearestMaxRatio * w)
+          continue;
         if (better(e, best) && valid(e->schedule)) best = e;
       }
       if (best) return {by, best};

@@ -53,9 +53,13 @@ namespace cliffguard {
 //             holds the call's varying dimension (m for gemm);
 //   kNearest: also, after buckets, the tuned key of its family nearest in
 //             |log2(v) - log2(v')| of the varying dimension (ties: the larger v'), when
-//             its schedule is valid for the call's key.
+//             its schedule is valid for the call's key and v' is within a factor of
+//             kNearestMaxRatio of v (further away, kernels change class: a schedule
+//             tuned for m=8 can take twice the built-in default's matrix-vector
+//             kernel at m=1, so a far key is not used; a bucket states its own range).
 // Environment: CLIFFGUARD_FALLBACK=exact|bucket|nearest. Default kNearest.
 enum class FallbackPolicy : uint8_t { kExact = 0, kBucket = 1, kNearest = 2 };
+inline constexpr int64_t kNearestMaxRatio = 2;
 const char* FallbackPolicyName(FallbackPolicy p);  // "exact", "bucket", "nearest"
 StatusOr<FallbackPolicy> ParseFallbackPolicy(std::string_view s);
 
