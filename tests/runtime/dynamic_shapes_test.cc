@@ -327,6 +327,17 @@ TEST(DynamicShapes, ReportRoundTripsServedKindsAndReadsOlderReports) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("calls in total but count is"), std::string::npos)
       << refused.status().ToString();
+
+  // A bucket's range is required: without it the report would be written back with
+  // a range [0, 0] that no reader accepts.
+  std::string no_range = MissReportToJson(rep);
+  const size_t b = no_range.find("\"range\"", no_range.find("\"buckets\""));
+  ASSERT_NE(b, std::string::npos);
+  no_range.replace(b, 7, "\"ranee\"");
+  auto missing = MissReportFromJson(no_range);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("buckets[0].range is missing"), std::string::npos)
+      << missing.status().ToString();
 }
 
 TEST(DynamicShapes, RecommendationsGroupMissesIntoPowerOfTwoRanges) {
