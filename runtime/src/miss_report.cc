@@ -163,8 +163,8 @@ std::string MissReportToJson(const MissReport& r, int indent) {
 
 namespace {
 
-// "[lo, hi]" of the varying dimension: 1 <= lo <= hi.
-// `name`: [lo, hi]; when absent, an error if `required`, else lo and hi stay as they are.
+// o[name] as "[lo, hi]" of the varying dimension, 1 <= lo <= hi. When absent: an error
+// if `required`, else lo and hi are left as they are.
 Status ReadRange(const ordered_json& o, const char* name, const std::string& path, int64_t& lo, int64_t& hi,
                  bool required) {
   const auto it = o.find(name);
@@ -237,7 +237,7 @@ StatusOr<MissReport> MissReportFromJson(std::string_view text) {
     m.served_from = er.String(o, "served_from", false);
     const ordered_json* per = er.Object(o, "served", false);
     CG_RETURN_IF_ERROR(er.status());
-    CG_RETURN_IF_ERROR(ReadRange(o, "bucket", er.path(), m.bucket_lo, m.bucket_hi, false));
+    CG_RETURN_IF_ERROR(ReadRange(o, "bucket", er.path(), m.bucket_lo, m.bucket_hi, /*required=*/false));
     if (!served_by.empty()) {
       auto s = ParseServedBy(served_by);
       if (!s.ok()) return InvalidArgument(fmt::format("{}.served_by: {}", er.path(), s.status().message()));
@@ -276,7 +276,7 @@ StatusOr<MissReport> MissReportFromJson(std::string_view text) {
       detail::JsonReader br(fmt::format("miss report: buckets[{}]", i));
       BucketTraffic b;
       CG_ASSIGN_OR_RETURN(b.key, ReadKey(br, o));
-      CG_RETURN_IF_ERROR(ReadRange(o, "range", br.path(), b.lo, b.hi, true));
+      CG_RETURN_IF_ERROR(ReadRange(o, "range", br.path(), b.lo, b.hi, /*required=*/true));
       b.keys = br.UInt(o, "keys");
       b.calls = br.UInt(o, "calls");
       b.us_total = br.Number(o, "us_total");
@@ -290,7 +290,7 @@ StatusOr<MissReport> MissReportFromJson(std::string_view text) {
       detail::JsonReader br(fmt::format("miss report: recommended_buckets[{}]", i));
       BucketRecommendation b;
       CG_ASSIGN_OR_RETURN(b.key, ReadKey(br, o));
-      CG_RETURN_IF_ERROR(ReadRange(o, "range", br.path(), b.lo, b.hi, true));
+      CG_RETURN_IF_ERROR(ReadRange(o, "range", br.path(), b.lo, b.hi, /*required=*/true));
       const int64_t v = b.key.dims[kVaryingDim];
       if (v < b.lo || v > b.hi)
         return InvalidArgument(fmt::format("{}: the key's {}={} is outside its range [{}, {}]", br.path(),

@@ -318,26 +318,23 @@ TEST(DynamicShapes, ReportRoundTripsServedKindsAndReadsOlderReports) {
   EXPECT_EQ(o->served[int(ServedBy::kExact)], 2u);
   EXPECT_TRUE(o->recommended_buckets.empty());
 
+  // The report with the first `from` after `after` replaced by `to` is refused with `message`.
+  const std::string json = MissReportToJson(rep);
+  auto refused_with = [&](const std::string& after, const std::string& from, const std::string& to,
+                          const std::string& message) {
+    std::string bad = json;
+    const size_t at = bad.find(from, bad.find(after));
+    ASSERT_NE(at, std::string::npos) << from;
+    bad.replace(at, from.size(), to);
+    auto refused = MissReportFromJson(bad);
+    ASSERT_FALSE(refused.ok()) << to;
+    EXPECT_NE(refused.status().message().find(message), std::string::npos) << refused.status().ToString();
+  };
   // Per-kind calls must add up to the record's count.
-  std::string bad = MissReportToJson(rep);
-  const size_t at = bad.find("\"calls\": 1,");
-  ASSERT_NE(at, std::string::npos);
-  bad.replace(at, 11, "\"calls\": 7,");
-  auto refused = MissReportFromJson(bad);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("calls in total but count is"), std::string::npos)
-      << refused.status().ToString();
-
+  refused_with("\"records\"", "\"calls\": 1,", "\"calls\": 7,", "calls in total but count is");
   // A bucket's range is required: without it the report would be written back with
   // a range [0, 0] that no reader accepts.
-  std::string no_range = MissReportToJson(rep);
-  const size_t b = no_range.find("\"range\"", no_range.find("\"buckets\""));
-  ASSERT_NE(b, std::string::npos);
-  no_range.replace(b, 7, "\"ranee\"");
-  auto missing = MissReportFromJson(no_range);
-  ASSERT_FALSE(missing.ok());
-  EXPECT_NE(missing.status().message().find("buckets[0].range is missing"), std::string::npos)
-      << missing.status().ToString();
+  refused_with("\"buckets\"", "\"range\"", "\"ranee\"", "buckets[0].range is missing");
 }
 
 TEST(DynamicShapes, RecommendationsGroupMissesIntoPowerOfTwoRanges) {
