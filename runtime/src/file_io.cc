@@ -148,6 +148,16 @@ Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> bytes) 
     ::unlink(tmp.c_str());
     return IoError(fmt::format("cannot rename '{}' to '{}': {}", tmp, path, std::strerror(err)));
   }
+  // The rename is durable once the directory entry is: a power loss after this
+  // returns cannot bring the old file back.
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0 || ::fsync(dfd) != 0) {
+    const int err = errno;
+    if (dfd >= 0) ::close(dfd);
+    return IoError(fmt::format("'{}' is written but its directory '{}' could not be synced: {}", path, dir,
+                               std::strerror(err)));
+  }
+  ::close(dfd);
   return Status::Ok();
 }
 

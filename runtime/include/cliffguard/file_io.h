@@ -24,7 +24,8 @@ StatusOr<std::vector<uint8_t>> ReadFileBytesChecked(const std::string& path, int
                                                     HeadCheck check_head);
 
 // Writes atomically: an unnamed file in the same directory (O_TMPFILE), fsync, then
-// a name and a rename, so a crash while writing leaves nothing behind. Where the
+// a name, a rename and an fsync of the directory, so a crash while writing leaves
+// nothing behind and a completed write survives a power loss. Where the
 // filesystem has no O_TMPFILE, a named temporary (mkstemp) instead, which a crash can
 // leave. On any failure (disk full, permissions) the destination is untouched and no
 // temporary remains. An existing destination that is not a regular file is never
