@@ -72,6 +72,7 @@ void Runtime::Impl::RebuildLocked() {
   for (const LoadedBundle& b : bundles) {
     if (!b.report.device_match) continue;
     has_device_bundle = true;
+    if (options.disable) continue;  // loaded and reported, never used
     for (const ResolvedEntry& e : b.resolved.entries) {
       const int64_t at = index.InsertOrFind(e.key, static_cast<uint32_t>(in.size()), key_at);
       if (at < 0) {

@@ -37,7 +37,7 @@ void Runtime::Impl::RefreshMiss(MissEntry& m, const DispatchTable* t, const Tabl
   auto s = DefaultSchedule(m.key, device);
   if (s.ok()) {
     m.fallback = *s;
-    m.fallback_source = "built-in default";
+    m.fallback_source = options.disable ? "built-in default (cliffguard disabled)" : "built-in default";
   } else {
     m.fallback = Schedule{};
     m.fallback_source = s.status().message();
@@ -49,7 +49,7 @@ MissEntry* Runtime::Impl::FindMiss(const OpKey& key, uint64_t hash, const Dispat
   bool created = false;
   MissEntry* m = misses.Get(
       key, hash, t->generation(), [&](MissEntry& e) { RefreshMiss(e, t, found); }, created, current, why);
-  if (m && created && options.warn_on_miss) {
+  if (m && created && options.warn_on_miss && !options.disable) {
     // A bucket is a tuned, verified range: worth a note, not a warning.
     logging::Log(current.served_by == ServedBy::kBucket ? LogLevel::kInfo : LogLevel::kWarn,
                  "{} for '{}' on device {}: no tuned schedule of its own; running the {} ({}). "

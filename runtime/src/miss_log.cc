@@ -33,8 +33,11 @@ std::vector<MissLog::Snapshot> MissLog::Snap() const {
     std::lock_guard<std::mutex> lock(s.mu);
     for (const auto& [key, e] : s.map) {
       Snapshot snap{key, e->kind, e->served_by, e->served_from, e->bucket_lo, e->bucket_hi, 0, 0, 0, 0, {}, {},
-                    e->fallback.ToString()};
-      for (const auto& st : e->stripes) {
+                    e->fallback_text};
+      const uint8_t used = e->used_stripes.load(std::memory_order_relaxed);
+      for (int si = 0; si < MissEntry::kStripes; ++si) {
+        if (!(used & (1u << si))) continue;
+        const MissEntry::Stripe& st = e->stripes[si];
         for (int i = 0; i < kNumServedBy; ++i) {
           const uint64_t n = st.count[i].load(std::memory_order_relaxed), t = st.ticks[i].load(std::memory_order_relaxed);
           snap.served_calls[i] += n;

@@ -56,19 +56,21 @@ struct MissEntry {
   };
   OpKey key;
   Stripe stripes[kStripes];
+  std::atomic<uint8_t> used_stripes{0};  // bit s: stripe s has recorded (a snapshot reads only those)
   // Guarded by the shard mutex:
   MissKind kind = MissKind::kShapeMiss;
   ServedBy served_by = ServedBy::kBuiltinDefault;
   OpKey served_from;                    // bucket, nearest: the tuned key whose schedule runs
   int64_t bucket_lo = 0, bucket_hi = 0;  // bucket: its range
   Schedule fallback;
+  std::string fallback_text;     // fallback.ToString(), for reports
   std::string fallback_source;   // what serves it, for people: "bucket [9, 16] of '...'", "built-in default", ...
   uint64_t generation = ~uint64_t{0};  // dispatch-table generation kind/fallback were computed for
 
   // Records `calls` runs served by `by` that took `ticks` in all, the last one
   // ending at t1 (stripe: any value, taken modulo kStripes).
   void Record(uint32_t stripe, ServedBy by, uint64_t calls, uint64_t ticks, uint64_t t0, uint64_t t1) {
-    Stripe& s = stripes[stripe % kStripes];
+    Stripe& s = Use(stripe);
     const int i = static_cast<int>(by);
     s.count[i].fetch_add(calls, std::memory_order_relaxed);
     s.ticks[i].fetch_add(ticks, std::memory_order_relaxed);
@@ -77,7 +79,7 @@ struct MissEntry {
   void Record(uint32_t stripe, ServedBy by, uint64_t t0, uint64_t t1) { Record(stripe, by, 1, t1 - t0, t0, t1); }
   // One call, not timed (sampled kinds: its time comes with a later timed call).
   void Count(uint32_t stripe, ServedBy by) {
-    stripes[stripe % kStripes].count[static_cast<int>(by)].fetch_add(1, std::memory_order_relaxed);
+    Use(stripe).count[static_cast<int>(by)].fetch_add(1, std::memory_order_relaxed);
   }
   uint64_t Count() const {
     uint64_t n = 0;
@@ -87,6 +89,11 @@ struct MissEntry {
   }
 
  private:
+  Stripe& Use(uint32_t stripe) {
+    const auto bit = static_cast<uint8_t>(1u << (stripe % kStripes));
+    if (!(used_stripes.load(std::memory_order_relaxed) & bit)) used_stripes.fetch_or(bit, std::memory_order_relaxed);
+    return stripes[stripe % kStripes];
+  }
   static void Stamp(Stripe& s, uint64_t t0, uint64_t t1) {
     uint64_t first = 0;
     if (s.first_tick.load(std::memory_order_relaxed) == 0)
@@ -119,6 +126,7 @@ class MissLog {
     MissEntry* e = it->second.get();
     if (e->generation != generation) {
       refresh(*e);
+      e->fallback_text = e->fallback.ToString();
       e->generation = generation;
     }
     created = inserted;

@@ -159,17 +159,19 @@ Status OpKey::Validate() const {
 std::string OpKey::ToString() const {
   if (static_cast<uint8_t>(op) >= kNumOpKinds) return fmt::format("? {}", DTypeName(dtype));
   const OpKindInfo& info = InfoOf(op);
-  std::string s = fmt::format("{} {} ", info.name, DTypeName(dtype));
+  fmt::memory_buffer s;
+  auto out = std::back_inserter(s);
+  fmt::format_to(out, "{} {} ", info.name, DTypeName(dtype));
   if (info.transposes) {
-    s += trans_a ? 't' : 'n';
-    s += trans_b ? 't' : 'n';
+    s.push_back(trans_a ? 't' : 'n');
+    s.push_back(trans_b ? 't' : 'n');
   } else {
-    s += info.layout;
+    s.append(std::string_view(info.layout));
   }
   const auto& names = DimNames(op);
-  for (int i = 0; i < info.dims; ++i) s += fmt::format(" {}={}", names[size_t(i)], dims[i]);
-  if (constant_weights) s += " weights=constant";
-  return s;
+  for (int i = 0; i < info.dims; ++i) fmt::format_to(out, " {}={}", names[size_t(i)], dims[i]);
+  if (constant_weights) s.append(std::string_view(" weights=constant"));
+  return fmt::to_string(s);
 }
 
 StatusOr<OpKey> OpKey::Parse(std::string_view text) {

@@ -46,6 +46,8 @@ MissReport Runtime::GetMissReport() const {
   rep.device_name = r.device.name;
   rep.device_threads = r.device.threads;
   rep.pid = r.pid;
+  rep.process_start = r.process_start;
+  rep.runtime_version = CliffguardVersion();
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) == 0) rep.host = host;
   rep.generated_at = r.clock.ToUnixSeconds(TickClock::Now());
@@ -66,7 +68,6 @@ MissReport Runtime::GetMissReport() const {
           : "no loaded gemm entry with measured times: gain unknown";
   }
   rep.expected_speedup = speedup[static_cast<int>(OpKind::kGemm)];
-  std::unordered_map<OpKey, size_t, OpKeyHash> bucket_at;  // serving key -> index in rep.buckets
   for (const auto& m : snap) {
     MissRecord rec;
     rec.key = m.key;
@@ -89,22 +90,12 @@ MissReport Runtime::GetMissReport() const {
       if (!ServedByTunedKey(static_cast<ServedBy>(i))) default_us += rec.served_us[i];
     }
     rec.expected_gain_us = default_us * (1.0 - 1.0 / speedup[static_cast<int>(m.key.op)]);
-    const int bucket = static_cast<int>(ServedBy::kBucket);
-    if (m.served_calls[bucket] && m.served_by == ServedBy::kBucket) {
-      auto [it, added] = bucket_at.try_emplace(m.served_from, rep.buckets.size());
-      if (added) rep.buckets.push_back({m.served_from, m.bucket_lo, m.bucket_hi});
-      BucketTraffic& b = rep.buckets[it->second];
-      ++b.keys;
-      b.calls += m.served_calls[bucket];
-      b.us_total += rec.served_us[bucket];
-    }
     rep.misses += m.count;
     rep.records.push_back(std::move(rec));
   }
   rep.calls = rep.hits + rep.misses;
   RankMissRecords(rep);
-  std::stable_sort(rep.buckets.begin(), rep.buckets.end(),
-                   [](const BucketTraffic& a, const BucketTraffic& b) { return a.calls > b.calls; });
+  rep.buckets = BucketTrafficOf(rep.records);
   rep.recommended_buckets = RecommendBuckets(rep.records, rep.expected_speedup);
   return rep;
 }

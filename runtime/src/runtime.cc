@@ -1,10 +1,16 @@
 // Runtime creation and destruction: the device, options from the environment, the
-// miss report written at exit, and a fork child's own accounting.
+// miss report written periodically and at exit, and a fork child's own accounting.
 #include "cliffguard/runtime.h"
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -12,15 +18,113 @@
 #include "runtime_impl.h"
 
 namespace cliffguard {
+namespace {
+
+// When this process started, unix seconds (/proc: boot time plus the start in clock
+// ticks since boot); 0 when /proc cannot tell.
+double ProcessStartUnixSeconds() {
+  std::ifstream stat("/proc/self/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return 0;
+  const size_t paren = line.rfind(')');  // the command name may hold spaces
+  if (paren == std::string::npos) return 0;
+  std::istringstream fields(line.substr(paren + 2));
+  std::string f;
+  for (int i = 3; i <= 22 && fields >> f; ++i)
+    if (i == 22) {
+      std::ifstream boot("/proc/stat");
+      for (std::string w; boot >> w;)
+        if (w == "btime") {
+          double btime = 0;
+          boot >> btime;
+          const long hz = ::sysconf(_SC_CLK_TCK);
+          return hz > 0 ? btime + std::strtod(f.c_str(), nullptr) / double(hz) : 0;
+        }
+    }
+  return 0;
+}
+
+// An operator switch: unset leaves `value`; "0" or "1" sets it; anything else is refused.
+Status ApplySwitch(const char* name, bool& value) {
+  const char* env = std::getenv(name);
+  if (!env) return Status::Ok();
+  const std::string_view v(env);
+  if (v != "0" && v != "1") return InvalidArgument(fmt::format("{}='{}' must be 0 or 1", name, v));
+  value = v == "1";
+  return Status::Ok();
+}
+
+// Runtimes with a periodic writer, so that fork's prepare handler can hold each
+// one's write_mu (no child inherits a writer's half-taken locks).
+std::mutex g_writers_mu;
+std::vector<Runtime::Impl*>& Writers() {
+  static auto* w = new std::vector<Runtime::Impl*>;
+  return *w;
+}
+void WritersPrepareFork() {
+  g_writers_mu.lock();
+  for (Runtime::Impl* r : Writers()) r->write_mu.lock();
+}
+void WritersAfterFork() {
+  for (Runtime::Impl* r : Writers()) r->write_mu.unlock();
+  g_writers_mu.unlock();
+}
+
+}  // namespace
 
 Runtime::Impl::Impl(RuntimeOptions o, DeviceInfo d)
-    : options(std::move(o)), policy(options.fallback.value_or(FallbackPolicy::kNearest)), device(std::move(d)), slots([this] { ResetAfterFork(); }), pid(::getpid()) {}
+    : options(std::move(o)), policy(options.fallback.value_or(FallbackPolicy::kNearest)), device(std::move(d)), slots([this] { ResetAfterFork(); }), pid(::getpid()), process_start(ProcessStartUnixSeconds()) {}
+
+void Runtime::Impl::StartWriter() {
+  {
+    std::lock_guard<std::mutex> lock(writer_mu);
+    writer_stop = false;
+  }
+  writer_running = ::pthread_create(
+                       &writer, nullptr,
+                       [](void* self) -> void* {
+                         static_cast<Impl*>(self)->WriterLoop();
+                         return nullptr;
+                       },
+                       this) == 0;
+  if (!writer_running) logging::Error("cannot start the miss report writer: the report is written at exit only");
+}
+
+void Runtime::Impl::StopWriter() {
+  if (!writer_running) return;
+  {
+    std::lock_guard<std::mutex> lock(writer_mu);
+    writer_stop = true;
+  }
+  writer_cv.notify_all();
+  ::pthread_join(writer, nullptr);
+  writer_running = false;
+}
+
+void Runtime::Impl::WriterLoop() {
+  const auto interval = std::chrono::duration<double>(options.miss_report_interval_s);
+  bool failed = false;  // an error is logged when it starts and when it ends, not every interval
+  std::unique_lock<std::mutex> lock(writer_mu);
+  while (!writer_cv.wait_for(lock, interval, [this] { return writer_stop; })) {
+    lock.unlock();
+    Status st;
+    {
+      std::lock_guard<std::mutex> w(write_mu);
+      st = self->WriteMissReport(report_path);
+    }
+    if (!st.ok() && !failed) logging::Error("cannot rewrite the miss report (retrying every {} s): {}", options.miss_report_interval_s, st.ToString());
+    if (st.ok() && failed) logging::Info("miss report rewritten to '{}' again", report_path);
+    failed = !st.ok();
+    lock.lock();
+  }
+}
 
 // In a child of fork() (after ThreadSlots reset the hit counts): misses start at
 // zero and the report goes to a path of the child's own, so parent and child never
 // overwrite one report.
 void Runtime::Impl::ResetAfterFork() {
   pid = ::getpid();
+  process_start = ProcessStartUnixSeconds();
   if (!report_path.empty()) {
     const std::string& base = options.miss_report_path;
     const size_t dot = base.rfind('.'), slash = base.rfind('/');
@@ -28,6 +132,10 @@ void Runtime::Impl::ResetAfterFork() {
     report_path = ext ? fmt::format("{}.{}{}", base.substr(0, dot), pid, base.substr(dot)) : fmt::format("{}.{}", base, pid);
   }
   misses.ResetCounts();
+  if (writer_running) {  // the parent's writer does not exist here: start the child's own
+    writer_running = false;
+    StartWriter();
+  }
 }
 
 Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -44,21 +152,75 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
       if (!p.ok()) return InvalidArgument(fmt::format("CLIFFGUARD_FALLBACK: {}", p.status().message()));
       o.fallback = *p;
     }
+  CG_RETURN_IF_ERROR(ApplySwitch("CLIFFGUARD_DISABLE", o.disable));
+  CG_RETURN_IF_ERROR(ApplySwitch("CLIFFGUARD_WARN_ON_MISS", o.warn_on_miss));
+  CG_RETURN_IF_ERROR(ApplySwitch("CLIFFGUARD_SAME_ARCH", o.allow_same_arch_bundles));
+  const char* interval_origin = "RuntimeOptions.miss_report_interval_s";
+  if (o.miss_report_interval_s == 0)
+    if (const char* env = std::getenv("CLIFFGUARD_MISS_REPORT_INTERVAL")) {
+      interval_origin = "CLIFFGUARD_MISS_REPORT_INTERVAL";
+      const std::string_view v(env);
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), o.miss_report_interval_s);
+      if (ec != std::errc() || end != v.data() + v.size() || v.empty() || !(o.miss_report_interval_s > 0))
+        return InvalidArgument(fmt::format("CLIFFGUARD_MISS_REPORT_INTERVAL='{}' must be a number of seconds > 0", v));
+    }
+  if (!std::isfinite(o.miss_report_interval_s) || o.miss_report_interval_s < 0 ||
+      (o.miss_report_interval_s > 0 && o.miss_report_interval_s < 0.01) || o.miss_report_interval_s > 86400 * 365)
+    return InvalidArgument(fmt::format("{}={} must be 0 (at exit only) or seconds in [0.01, 31536000]", interval_origin,
+                                       o.miss_report_interval_s));
+  if (o.miss_report_interval_s > 0 && o.miss_report_path.empty())
+    return InvalidArgument(fmt::format("{}={} needs a miss report path (RuntimeOptions.miss_report_path or "
+                                       "CLIFFGUARD_MISS_REPORT) to rewrite",
+                                       interval_origin, o.miss_report_interval_s));
+  std::vector<std::pair<std::string, const char*>> bundle_paths;  // (path, where it was named)
+  if (const char* env = std::getenv("CLIFFGUARD_BUNDLES"))
+    for (std::string_view rest(env); !rest.empty();) {
+      const size_t colon = rest.find(':');
+      const std::string_view p = rest.substr(0, colon);
+      if (!p.empty()) bundle_paths.emplace_back(std::string(p), "CLIFFGUARD_BUNDLES");
+      rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+    }
+  for (const std::string& p : o.bundles) bundle_paths.emplace_back(p, "RuntimeOptions.bundles");
   if (device.backend == Backend::kCpu)
     if (const int cpus = AvailableCpus(); threads > cpus)
       logging::Warn("thread budget {} ({}) exceeds the {} CPUs this process may use: multi-threaded schedules will "
                     "oversubscribe them; bundles apply only when tuned for the same budget",
                     threads, options.threads ? "RuntimeOptions.threads" : "CLIFFGUARD_THREADS", cpus);
+  if (o.disable)
+    logging::Warn("disabled (CLIFFGUARD_DISABLE=1 or RuntimeOptions.disable): every call runs the built-in default "
+                  "and is counted as a miss; bundles load but are not used");
   auto impl = std::make_unique<Impl>(std::move(o), std::move(device));
   impl->report_path = impl->options.miss_report_path;
   {
     std::lock_guard<std::mutex> lock(impl->load_mu);
     impl->RebuildLocked();  // the empty table: every call is a device miss
   }
-  return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
+  Impl* r = impl.get();
+  std::unique_ptr<Runtime> rt(new Runtime(std::move(impl)));
+  r->self = rt.get();
+  for (const auto& [path, origin] : bundle_paths) {
+    auto report = rt->LoadBundleFile(path);
+    if (!report.ok())
+      return Status(report.status().code(), fmt::format("{} names '{}': {}", origin, path, report.status().message()));
+  }
+  if (r->options.miss_report_interval_s > 0) {
+    static std::once_flag fork_handler;
+    std::call_once(fork_handler, [] { ::pthread_atfork(WritersPrepareFork, WritersAfterFork, WritersAfterFork); });
+    {
+      std::lock_guard<std::mutex> lock(g_writers_mu);
+      Writers().push_back(r);
+    }
+    r->StartWriter();
+  }
+  return rt;
 }
 
 Runtime::~Runtime() {
+  if (impl_->options.miss_report_interval_s > 0) {
+    impl_->StopWriter();
+    std::lock_guard<std::mutex> lock(g_writers_mu);
+    std::erase(Writers(), impl_.get());
+  }
   if (!impl_->report_path.empty()) {
     Status st = WriteMissReport(impl_->report_path);
     if (!st.ok()) logging::Error("cannot write the miss report at exit: {}", st.ToString());

@@ -9,7 +9,10 @@
 
 #include <sys/types.h>
 
+#include <pthread.h>
+
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -50,8 +53,23 @@ struct Runtime::Impl {
   std::mutex warned_mu;
   std::unordered_set<std::string> warned_bundles;  // LogLoad: bundles warned about once
 
+  Runtime* self = nullptr;  // the Runtime this is the state of
   pid_t pid;                // the process whose calls are counted (a fork child's own)
+  double process_start = 0;  // its start, unix seconds
   std::string report_path;  // where the destructor writes the miss report; "" for none
+
+  // The periodic report writer (options.miss_report_interval_s > 0). write_mu is held
+  // while it writes, and by fork's prepare handler, so a child never inherits a
+  // half-taken snapshot; a child starts a writer of its own.
+  std::mutex write_mu;
+  std::mutex writer_mu;
+  std::condition_variable writer_cv;
+  bool writer_stop = false;
+  bool writer_running = false;
+  pthread_t writer{};
+  void StartWriter();
+  void StopWriter();
+  void WriterLoop();
 
   // bundle_set.cc
   StatusOr<LoadedBundle> Prepare(std::span<const uint8_t> bytes, const std::string& source) const;

@@ -131,6 +131,17 @@ inline void FuzzMissReport(const uint8_t* data, size_t size) {
   auto back = MissReportFromJson(MissReportToJson(*report));
   CG_FUZZ_CHECK(back.ok());
   if (back.ok()) CG_FUZZ_CHECK(back->records.size() == report->records.size());
+  // `misses merge`: the report with a replica of another process; what merges must
+  // read back, and sum its counts.
+  MissReport replica = *report;
+  replica.sources.clear();
+  replica.host = "fuzz-replica";
+  replica.pid = 1;
+  auto merged = MergeMissReports({*report, replica});
+  if (!merged.ok()) return;
+  auto merged_back = MissReportFromJson(MissReportToJson(*merged));
+  CG_FUZZ_CHECK(merged_back.ok());
+  CG_FUZZ_CHECK(merged->calls == 2 * report->calls && merged->records.size() <= report->records.size());
 }
 
 }  // namespace cliffguard::fuzz

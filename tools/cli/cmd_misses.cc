@@ -1,9 +1,12 @@
+#include <algorithm>
 #include <ctime>
+#include <set>
 
 #include <fmt/format.h>
 
 #include "cli_util.h"
 #include "cliffguard/bundle.h"
+#include "cliffguard/file_io.h"
 #include "cliffguard/miss_report.h"
 #include "commands.h"
 #include "report_print.h"
@@ -12,7 +15,22 @@ namespace cliffguard::cli {
 
 std::string RenderMissReport(const MissReport& r, size_t max_rows) {
   std::string out;
-  if (!r.host.empty() || r.pid) out += fmt::format("written by {} pid {}\n", r.host.empty() ? "?" : r.host, r.pid);
+  if (!r.host.empty() || r.pid)
+    out += fmt::format("written by {} pid {}{}\n", r.host.empty() ? "?" : r.host, r.pid,
+                       r.runtime_version.empty() ? "" : fmt::format(", cliffguard {}", r.runtime_version));
+  if (!r.sources.empty()) {
+    std::set<std::string> hosts;
+    for (const ReportSource& x : r.sources) hosts.insert(x.host.empty() ? "?" : x.host);
+    std::string names;
+    for (const std::string& h : hosts) {
+      if (names.size() > 60) {
+        names += ", ...";
+        break;
+      }
+      names += (names.empty() ? "" : ", ") + h;
+    }
+    out += fmt::format("merged from {} processes on {} host(s) ({})\n", r.sources.size(), hosts.size(), names);
+  }
   out += fmt::format("device {}: {} calls, {} hits, {} misses ({:.1f}% missed) over {} missed keys\n",
                                 r.device_fingerprint, r.calls, r.hits, r.misses,
                                 r.calls ? 100.0 * double(r.misses) / double(r.calls) : 0.0, r.records.size());
@@ -65,27 +83,61 @@ std::string RenderMissReport(const MissReport& r, size_t max_rows) {
   return out;
 }
 
+StatusOr<MissReport> ReadMergedMissReport(const std::vector<std::string>& paths) {
+  CG_ASSIGN_OR_RETURN(std::vector<MissReport> reports, ReadMissReportFiles(paths));
+  if (reports.size() == 1) return std::move(reports[0]);
+  return MergeMissReports(reports, paths);
+}
+
 void AddMissesCommand(CLI::App& app) {
   struct Opts {
     std::string path;
-    size_t top = 0;
+    int64_t top = 0;
+    std::vector<std::string> inputs;
+    std::string out;
   };
   auto opts = std::make_shared<Opts>();
-  CLI::App* cmd = app.add_subcommand("misses", "Print a miss report as a ranked table (what to tune next)");
-  cmd->add_option("REPORT", opts->path, "Miss report JSON (from `run --miss-report` or CLIFFGUARD_MISS_REPORT)")->required();
-  cmd->add_option("--top", opts->top, "Show only the first N keys");
-  cmd->callback([opts] {
+  CLI::App* cmd = app.add_subcommand("misses", "Print a miss report as a ranked table (what to tune next); "
+                                               "`misses merge` combines the reports of several replicas");
+  cmd->add_option("REPORT", opts->path, "Miss report JSON (from `run --miss-report` or CLIFFGUARD_MISS_REPORT)");
+  cmd->add_option("--top", opts->top, "Show only the first N keys (0: all)")->capture_default_str();
+  CLI::App* merge = cmd->add_subcommand(
+      "merge", "Merge the miss reports of one device's replicas: counts and times summed per key, first and last "
+               "seen kept, every process listed; the same in any grouping and order");
+  merge->add_option("REPORTS", opts->inputs, "Miss reports (JSON), of one device and schema version")->required();
+  merge->add_option("-o,--out", opts->out, "Merged report to write (atomically)")->required();
+  merge->callback([opts] {
+    auto merged = ReadMergedMissReport(opts->inputs);
+    if (!merged.ok()) Fail("misses merge", merged.status().message(), kExitFailure);
+    if (merged->sources.empty()) {  // one input: still a merged report, listing its process
+      auto again = MergeMissReports({*merged}, opts->inputs);
+      ExitIfError(again.status(), "misses merge", kExitFailure);
+      merged = std::move(again);
+    }
+    const std::string json = MissReportToJson(*merged) + "\n";
+    ExitIfError(WriteFileAtomic(opts->out, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(json.data()),
+                                                                    json.size())),
+                "misses merge", kExitFailure);
+    fmt::print("wrote {}: {} reports from {} processes; {} calls, {} misses over {} keys; device {}\n", opts->out,
+               opts->inputs.size(), merged->sources.size(), merged->calls, merged->misses, merged->records.size(),
+               merged->device_fingerprint);
+  });
+  cmd->callback([cmd, opts] {
+    if (cmd->got_subcommand("merge")) return;
+    if (opts->path.empty()) Fail("misses", "REPORT is required: the miss report to print (or `misses merge ...`)");
+    if (opts->top < 0) Fail("misses", fmt::format("--top {} must be >= 0 (0: every key)", opts->top));
+    const size_t top = static_cast<size_t>(opts->top);
     auto bytes = ReadFileBytes(opts->path, int64_t{1} << 30);
-    ExitIfError(bytes.status(), "misses");
+    ExitIfError(bytes.status(), "misses", kExitFailure);
     auto report = MissReportFromJson(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
-    if (!report.ok()) Fail("misses", fmt::format("{}: {}", opts->path, report.status().ToString()));
-    fmt::print("{}", RenderMissReport(*report, opts->top));
+    if (!report.ok()) Fail("misses", fmt::format("{}: {}", opts->path, report.status().ToString()), kExitFailure);
+    fmt::print("{}", RenderMissReport(*report, top));
     const size_t targets =
         report->recommended_buckets.empty() ? report->records.size() : report->recommended_buckets.size();
     if (targets)
       fmt::print("\nto tune {}: cliffguard tune --from-report {} --top {} --log tuned.jsonl --out tuned.cgb\n",
                  report->recommended_buckets.empty() ? "them" : "the recommended buckets", opts->path,
-                 opts->top ? std::min(opts->top, targets) : targets);
+                 top ? std::min(top, targets) : targets);
   });
 }
 

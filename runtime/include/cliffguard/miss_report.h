@@ -89,6 +89,16 @@ struct BucketRecommendation {
   double expected_gain_us = 0;  // default_us_total * (1 - 1/expected_speedup)
 };
 
+// The process whose counts a report holds. A merged report lists all of them.
+struct ReportSource {
+  std::string host;
+  int64_t pid = 0;
+  double process_start = 0;     // unix seconds (0: not recorded)
+  std::string runtime_version;  // CliffguardVersion() of the runtime that counted
+  double generated_at = 0;      // when that process wrote the report merged
+  uint64_t calls = 0;
+};
+
 struct MissReport {
   int schema_version = 1;
   std::string device_fingerprint;
@@ -96,7 +106,13 @@ struct MissReport {
   int device_threads = 0;          // the runtime's thread budget (0: not recorded)
   std::string host;                // hostname of the process that wrote it ("" unknown)
   int64_t pid = 0;                 // that process (a child of fork() reports on its own)
+  double process_start = 0;        // when that process started, unix seconds (0: not recorded)
+  std::string runtime_version;     // CliffguardVersion() of that process ("" not recorded)
   double generated_at = 0;         // unix seconds
+  // A merged report (MergeMissReports): every process whose counts it sums, ordered
+  // by host, process start and pid; host, pid, process_start and runtime_version above
+  // are then empty. Empty for a report one process wrote.
+  std::vector<ReportSource> sources;
   uint64_t calls = 0;              // hits + misses over every key
   uint64_t hits = 0;
   uint64_t misses = 0;
@@ -115,10 +131,38 @@ struct MissReport {
 // the report's expected_speedup.
 std::vector<BucketRecommendation> RecommendBuckets(const std::vector<MissRecord>& records, double expected_speedup);
 
-std::string MissReportToJson(const MissReport& report, int indent = 2);
+// The traffic buckets absorbed, from records served by a bucket (their latest kind).
+std::vector<BucketTraffic> BucketTrafficOf(const std::vector<MissRecord>& records);
+
+// Merges reports of one device (replicas of a fleet) into one:
+//   - calls, hits, misses, counts and times per key and per kind are summed (times
+//     at nanosecond resolution, in integers, so merging is associative and
+//     commutative to the bit: any grouping and order gives the same report);
+//   - first_seen is the earliest, last_seen and generated_at the latest; what served a
+//     key (kind, served_by, served_from, bucket, fallback) is its latest record's;
+//   - expected gains are summed (each replica priced its own misses); the merged
+//     expected_speedup is the one those gains imply over the time spent in defaults
+//     (the largest input's when no time was spent in a default);
+//   - buckets and recommended_buckets are recomputed from the merged records;
+//   - sources lists every process merged.
+// Refused, naming the inputs (`names`, parallel to `reports`; may be empty): no input,
+// different schema versions or device fingerprints, and two inputs from the same
+// process (host, pid and start time; for reports that do not record the start time,
+// the same generated_at), whose counts would be summed twice: a later report of a
+// process already holds its earlier counts.
+StatusOr<MissReport> MergeMissReports(const std::vector<MissReport>& reports,
+                                      const std::vector<std::string>& names = {});
+
+// Reads and parses miss report files, several at once (one thread per CPU); an error
+// names the file.
+StatusOr<std::vector<MissReport>> ReadMissReportFiles(const std::vector<std::string>& paths);
+
+// JSON text. Multiline: one top-level field, and one array element (a record, a
+// bucket), per line; else one line.
+std::string MissReportToJson(const MissReport& report, bool multiline = true);
 // Strict parse (the `misses` command and `tune --from-report` read reports).
 StatusOr<MissReport> MissReportFromJson(std::string_view json);
-// Sorts records by the ranking rule above (stable, then by key text).
+// Sorts records by the ranking rule above, then by key (op, dtype, layout, dims).
 void RankMissRecords(MissReport& report);
 
 }  // namespace cliffguard

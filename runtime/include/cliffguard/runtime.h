@@ -74,12 +74,28 @@ struct RuntimeOptions {
   // When non-empty, the miss report is written here (atomically) when the Runtime
   // is destroyed. Empty: CLIFFGUARD_MISS_REPORT from the environment, if set.
   std::string miss_report_path;
-  // One spdlog warning per missed key (first miss only).
+  // Seconds between rewrites of the miss report while serving, by a thread of the
+  // runtime (atomically, like the one at destruction), so that a process killed by
+  // SIGKILL or the OOM killer leaves a report at most this old. 0: the report is
+  // written at destruction only, unless CLIFFGUARD_MISS_REPORT_INTERVAL is set. Needs
+  // a miss report path; a bad value is refused by Create, naming it.
+  double miss_report_interval_s = 0;
+  // Bundle files loaded by Create (each as LoadBundleFile; one that fails fails
+  // Create, naming it), after those in CLIFFGUARD_BUNDLES (paths separated by ':').
+  std::vector<std::string> bundles;
+  // The operator's switches. When the environment variable is set (to 0 or 1; another
+  // value is refused by Create, naming it), it overrides the field.
+  // One warning per missed key (first miss only). CLIFFGUARD_WARN_ON_MISS.
   bool warn_on_miss = true;
   // Accept bundles whose device fingerprint differs from this device when backend
   // and arch match (reported as "device rule: same-arch" in the load report).
   // Off by default: a bundle applies only to the device it was tuned on.
+  // CLIFFGUARD_SAME_ARCH.
   bool allow_same_arch_bundles = false;
+  // Every call runs the built-in default, still counted and reported (as a miss
+  // served by builtin_default): bundles load and are reported but none is used.
+  // CLIFFGUARD_DISABLE.
+  bool disable = false;
   // What a missed key may run before the defaults. Unset: CLIFFGUARD_FALLBACK from
   // the environment (a bad value is refused by Create, naming it), else kNearest.
   std::optional<FallbackPolicy> fallback;
