@@ -118,6 +118,8 @@ StatusOr<LoadReport> Runtime::LoadBundleBuffer(std::span<const uint8_t> bytes, c
   LoadReport report = lb.report;
   std::lock_guard<std::mutex> lock(impl_->load_mu);
   impl_->bundles.push_back(std::move(lb));
+  ++impl_->bundle_loads_total;
+  impl_->entries_rejected_total += report.rejected.size();
   impl_->RebuildLocked();
   return report;
 }
@@ -141,6 +143,9 @@ StatusOr<std::vector<LoadReport>> Runtime::ReplaceBundles(const std::vector<std:
   }
   std::lock_guard<std::mutex> lock(impl_->load_mu);
   impl_->bundles = std::move(fresh);
+  ++impl_->reloads_total;
+  impl_->bundle_loads_total += reports.size();
+  for (const LoadReport& r : reports) impl_->entries_rejected_total += r.rejected.size();
   impl_->RebuildLocked();
   return reports;
 }
@@ -148,6 +153,7 @@ StatusOr<std::vector<LoadReport>> Runtime::ReplaceBundles(const std::vector<std:
 void Runtime::UnloadAll() {
   std::lock_guard<std::mutex> lock(impl_->load_mu);
   impl_->bundles.clear();
+  ++impl_->reloads_total;
   impl_->RebuildLocked();
 }
 

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "cliffguard/detail/logging.h"
+#include "cliffguard/file_io.h"
 #include "runtime_impl.h"
 
 namespace cliffguard {
@@ -102,19 +103,50 @@ void Runtime::Impl::StopWriter() {
 }
 
 void Runtime::Impl::WriterLoop() {
-  const auto interval = std::chrono::duration<double>(options.miss_report_interval_s);
-  bool failed = false;  // an error is logged when it starts and when it ends, not every interval
+  // The files this thread keeps current, each with its own interval. An error is
+  // logged when it starts and when it ends, not at every interval.
+  struct Task {
+    const char* what;
+    std::string path;
+    double interval_s;
+    bool metrics;
+    std::chrono::steady_clock::time_point due;
+    bool failed = false;
+  };
+  std::vector<Task> tasks;
+  const auto now = std::chrono::steady_clock::now();
+  auto after = [](std::chrono::steady_clock::time_point t, double s) {
+    return t + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+  };
+  if (options.miss_report_interval_s > 0)
+    tasks.push_back({"miss report", report_path, options.miss_report_interval_s, false,
+                     after(now, options.miss_report_interval_s)});
+  if (!options.metrics_path.empty())
+    tasks.push_back({"metrics file", options.metrics_path, options.metrics_interval_s, true, now});
   std::unique_lock<std::mutex> lock(writer_mu);
-  while (!writer_cv.wait_for(lock, interval, [this] { return writer_stop; })) {
+  for (;;) {
+    auto next = tasks.front().due;
+    for (const Task& t : tasks) next = std::min(next, t.due);
+    if (writer_cv.wait_until(lock, next, [this] { return writer_stop; })) break;
     lock.unlock();
-    Status st;
-    {
-      std::lock_guard<std::mutex> w(write_mu);
-      st = self->WriteMissReport(report_path);
+    for (Task& t : tasks) {
+      if (std::chrono::steady_clock::now() < t.due) continue;
+      Status st;
+      {
+        std::lock_guard<std::mutex> w(write_mu);
+        if (t.metrics) {
+          const std::string text = self->MetricsText();
+          st = WriteFileAtomic(t.path, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+        } else {
+          st = self->WriteMissReport(t.path);
+        }
+      }
+      if (!st.ok() && !t.failed)
+        logging::Error("cannot rewrite the {} (retrying every {} s): {}", t.what, t.interval_s, st.ToString());
+      if (st.ok() && t.failed) logging::Info("{} rewritten to '{}' again", t.what, t.path);
+      t.failed = !st.ok();
+      t.due = after(std::chrono::steady_clock::now(), t.interval_s);
     }
-    if (!st.ok() && !failed) logging::Error("cannot rewrite the miss report (retrying every {} s): {}", options.miss_report_interval_s, st.ToString());
-    if (st.ok() && failed) logging::Info("miss report rewritten to '{}' again", report_path);
-    failed = !st.ok();
     lock.lock();
   }
 }
@@ -172,6 +204,32 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
     return InvalidArgument(fmt::format("{}={} needs a miss report path (RuntimeOptions.miss_report_path or "
                                        "CLIFFGUARD_MISS_REPORT) to rewrite",
                                        interval_origin, o.miss_report_interval_s));
+  if (o.metrics_path.empty())
+    if (const char* env = std::getenv("CLIFFGUARD_METRICS_FILE")) o.metrics_path = env;
+  const char* metrics_origin = "RuntimeOptions.metrics_interval_s";
+  if (o.metrics_interval_s == 0)
+    if (const char* env = std::getenv("CLIFFGUARD_METRICS_INTERVAL")) {
+      metrics_origin = "CLIFFGUARD_METRICS_INTERVAL";
+      const std::string_view v(env);
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), o.metrics_interval_s);
+      if (ec != std::errc() || end != v.data() + v.size() || v.empty() || !(o.metrics_interval_s > 0))
+        return InvalidArgument(fmt::format("CLIFFGUARD_METRICS_INTERVAL='{}' must be a number of seconds > 0", v));
+    }
+  if (o.metrics_interval_s == 0) o.metrics_interval_s = 15;
+  if (!std::isfinite(o.metrics_interval_s) || o.metrics_interval_s < 0.01 || o.metrics_interval_s > 86400 * 365)
+    return InvalidArgument(fmt::format("{}={} must be seconds in [0.01, 31536000] (0: 15)", metrics_origin,
+                                       o.metrics_interval_s));
+  if (o.metrics_top_keys < 0) {
+    o.metrics_top_keys = 10;
+    if (const char* env = std::getenv("CLIFFGUARD_METRICS_TOP_KEYS")) {
+      const std::string_view v(env);
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), o.metrics_top_keys);
+      if (ec != std::errc() || end != v.data() + v.size() || o.metrics_top_keys < 0 || o.metrics_top_keys > 10000)
+        return InvalidArgument(fmt::format("CLIFFGUARD_METRICS_TOP_KEYS='{}' must be an integer in [0, 10000]", v));
+    }
+  } else if (o.metrics_top_keys > 10000) {
+    return InvalidArgument(fmt::format("RuntimeOptions.metrics_top_keys={} must be in [0, 10000]", o.metrics_top_keys));
+  }
   std::vector<std::pair<std::string, const char*>> bundle_paths;  // (path, where it was named)
   if (const char* env = std::getenv("CLIFFGUARD_BUNDLES"))
     for (std::string_view rest(env); !rest.empty();) {
@@ -203,7 +261,7 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
     if (!report.ok())
       return Status(report.status().code(), fmt::format("{} names '{}': {}", origin, path, report.status().message()));
   }
-  if (r->options.miss_report_interval_s > 0) {
+  if (r->options.miss_report_interval_s > 0 || !r->options.metrics_path.empty()) {
     static std::once_flag fork_handler;
     std::call_once(fork_handler, [] { ::pthread_atfork(WritersPrepareFork, WritersAfterFork, WritersAfterFork); });
     {
@@ -216,7 +274,7 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
 }
 
 Runtime::~Runtime() {
-  if (impl_->options.miss_report_interval_s > 0) {
+  if (impl_->options.miss_report_interval_s > 0 || !impl_->options.metrics_path.empty()) {
     impl_->StopWriter();
     std::lock_guard<std::mutex> lock(g_writers_mu);
     std::erase(Writers(), impl_.get());

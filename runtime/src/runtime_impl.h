@@ -47,6 +47,11 @@ struct Runtime::Impl {
   std::vector<std::unique_ptr<const DispatchTable>> tables;  // current + retired, still referenced
   uint64_t generation = 0;
 
+  // Bundle activity, for metrics (guarded by load_mu).
+  uint64_t bundle_loads_total = 0;      // bundles loaded (each file of a replace counts)
+  uint64_t entries_rejected_total = 0;  // entries rejected by those loads
+  uint64_t reloads_total = 0;           // ReplaceBundles and UnloadAll calls
+
   MissLog misses;
   ThreadSlots slots;
 
@@ -58,9 +63,10 @@ struct Runtime::Impl {
   double process_start = 0;  // its start, unix seconds
   std::string report_path;  // where the destructor writes the miss report; "" for none
 
-  // The periodic report writer (options.miss_report_interval_s > 0). write_mu is held
-  // while it writes, and by fork's prepare handler, so a child never inherits a
-  // half-taken snapshot; a child starts a writer of its own.
+  // The periodic writer of the miss report (options.miss_report_interval_s > 0) and of
+  // the metrics file (options.metrics_path). write_mu is held while it writes, and by
+  // fork's prepare handler, so a child never inherits a half-taken snapshot; a child
+  // starts a writer of its own.
   std::mutex write_mu;
   std::mutex writer_mu;
   std::condition_variable writer_cv;

@@ -26,6 +26,13 @@ using testing::HostBundle;
 using testing::Problem;
 using testing::TempFile;
 
+// Sets an environment variable for one scope.
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const char* n, const std::string& v) : name(n) { ::setenv(n, v.c_str(), 1); }
+  ~ScopedEnv() { ::unsetenv(name.c_str()); }
+};
+
 OpKey Gemm(int64_t m, int64_t n, int64_t k) { return *OpKey::Parse(fmt::format("gemm f32 nn m={} n={} k={}", m, n, k)); }
 
 // A report of one process with records over a pool of keys shared by every replica, so
@@ -287,12 +294,75 @@ TEST(FleetConcurrency, ConcurrentCallers) {
   EXPECT_EQ(last->records.size(), size_t(kThreads));
 }
 
-// Sets an environment variable for one scope.
-struct ScopedEnv {
-  std::string name;
-  ScopedEnv(const char* n, const std::string& v) : name(n) { ::setenv(n, v.c_str(), 1); }
-  ~ScopedEnv() { ::unsetenv(name.c_str()); }
-};
+// The value of one sample line of an exposition ("name{labels} value"), or -1.
+double Sample(const std::string& text, const std::string& series) {
+  const size_t at = text.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::strtod(text.c_str() + at + series.size() + 2, nullptr);
+}
+
+TEST(FleetTest, MetricsTextCountsWhatTheRuntimeCountsWithBoundedPerKeySeries) {
+  const DeviceInfo device = HostCpuDevice(1);
+  const OpKey tuned = Gemm(16, 32, 16);
+  TempFile bundle("metrics_bundle.cgb");
+  ASSERT_TRUE(WriteBundleFile(bundle.path, HostBundle(device, {tuned})).ok());
+  auto rt = Runtime::Create({.threads = 1, .metrics_top_keys = 2, .bundles = {bundle.path}, .warn_on_miss = false});
+  ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+  Problem hit(tuned);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*rt)->Gemm(hit.args).ok());
+  for (int64_t m = 1; m <= 5; ++m) {  // five missed keys, m calls each
+    Problem p(Gemm(m, 24, 8));
+    for (int64_t i = 0; i < m; ++i) ASSERT_TRUE((*rt)->Gemm(p.args).ok());
+  }
+  const std::string text = (*rt)->MetricsText();
+  EXPECT_EQ(Sample(text, "cliffguard_calls_total{op=\"gemm\",served_by=\"exact\"}"), 3);
+  EXPECT_EQ(Sample(text, "cliffguard_hits_total{op=\"gemm\"}"), 3);
+  EXPECT_EQ(Sample(text, "cliffguard_misses_total{op=\"gemm\",kind=\"shape_miss\"}"), 15);
+  EXPECT_EQ(Sample(text, "cliffguard_missed_keys{op=\"gemm\"}"), 5);
+  EXPECT_EQ(Sample(text, "cliffguard_bundles_loaded"), 1);
+  EXPECT_EQ(Sample(text, "cliffguard_bundle_entries{state=\"loaded\"}"), 1);
+  EXPECT_EQ(Sample(text, "cliffguard_bundle_loads_total"), 1);
+  EXPECT_GT(Sample(text, "cliffguard_fallback_seconds_total{op=\"gemm\",served_by=\"builtin_default\"}"), 0);
+  // The top 2 keys by calls, m=5 and m=4; no series for the others.
+  EXPECT_NE(text.find("cliffguard_key_calls_total{key=\"gemm f32 nn m=5 n=24 k=8\",served_by=\"builtin_default\"} 5"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("key=\"gemm f32 nn m=4 n=24 k=8\""), std::string::npos);
+  EXPECT_EQ(text.find("key=\"gemm f32 nn m=3 n=24 k=8\""), std::string::npos);
+  for (const char* family : {"cliffguard_calls_total", "cliffguard_misses_total", "cliffguard_key_calls_total"}) {
+    EXPECT_NE(text.find(fmt::format("# TYPE {} counter\n", family)), std::string::npos) << family;
+    EXPECT_NE(text.find(fmt::format("# HELP {} ", family)), std::string::npos) << family;
+  }
+  ASSERT_TRUE((*rt)->ReplaceBundles({bundle.path}).ok());
+  EXPECT_EQ(Sample((*rt)->MetricsText(), "cliffguard_bundle_reloads_total"), 1);
+}
+
+TEST(FleetTest, TheMetricsFileIsRewrittenForTheTextfileCollector) {
+  TempFile metrics("metrics.prom");
+  auto rt = Runtime::Create({.threads = 1, .metrics_path = metrics.path, .metrics_interval_s = 0.02, .warn_on_miss = false});
+  ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+  Problem p(Gemm(3, 8, 8));
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE((*rt)->Gemm(p.args).ok());
+  const std::string series = "cliffguard_misses_total{op=\"gemm\",kind=\"device_miss\"}";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  double seen = -1;
+  while (seen != 7 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    auto bytes = ReadFileBytes(metrics.path);
+    if (bytes.ok()) seen = Sample(std::string(bytes->begin(), bytes->end()), series);
+  }
+  EXPECT_EQ(seen, 7);
+  for (const char* bad : {"0", "x", "-3"}) {
+    ScopedEnv env("CLIFFGUARD_METRICS_INTERVAL", bad);
+    auto r = Runtime::Create({.threads = 1, .metrics_path = metrics.path});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("CLIFFGUARD_METRICS_INTERVAL"), std::string::npos) << r.status().message();
+  }
+  ScopedEnv env("CLIFFGUARD_METRICS_TOP_KEYS", "many");
+  auto r = Runtime::Create({.threads = 1});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("CLIFFGUARD_METRICS_TOP_KEYS='many'"), std::string::npos) << r.status().message();
+}
+
 
 TEST(FleetTest, EnvironmentSwitchesAreAppliedAndBadValuesRefused) {
   const DeviceInfo device = HostCpuDevice(1);

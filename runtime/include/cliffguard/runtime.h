@@ -80,6 +80,15 @@ struct RuntimeOptions {
   // written at destruction only, unless CLIFFGUARD_MISS_REPORT_INTERVAL is set. Needs
   // a miss report path; a bad value is refused by Create, naming it.
   double miss_report_interval_s = 0;
+  // Metrics (MetricsText, Prometheus text format): when a path is given, the text is
+  // also written there every metrics_interval_s (0: 15 s), atomically, for
+  // node_exporter's textfile collector (name it *.prom in the collector's directory).
+  // Unset: CLIFFGUARD_METRICS_FILE and CLIFFGUARD_METRICS_INTERVAL. metrics_top_keys
+  // bounds the per-key series to the N missed keys with the most calls (0: none; unset,
+  // i.e. -1: CLIFFGUARD_METRICS_TOP_KEYS, else 10). Bad values are refused by Create.
+  std::string metrics_path;
+  double metrics_interval_s = 0;
+  int metrics_top_keys = -1;
   // Bundle files loaded by Create (each as LoadBundleFile; one that fails fails
   // Create, naming it), after those in CLIFFGUARD_BUNDLES (paths separated by ':').
   std::vector<std::string> bundles;
@@ -176,6 +185,16 @@ class Runtime {
   std::vector<KeyStats> Stats() const;     // every key dispatched at least once
   MissReport GetMissReport() const;        // ranked by expected gain
   Status WriteMissReport(const std::string& path) const;  // JSON, atomic
+  // The counters in Prometheus text exposition format (0.0.4), every family with HELP
+  // and TYPE lines: cliffguard_calls_total{op,served_by}, cliffguard_misses_total{op,kind},
+  // cliffguard_fallback_seconds_total{op,served_by}, cliffguard_expected_gain_seconds{op}
+  // (the miss report's expected gain), cliffguard_missed_keys{op}, bundle gauges and
+  // counters (loads, rejected entries, reloads), cliffguard_info, and per-key series
+  // cliffguard_key_calls_total / cliffguard_key_fallback_seconds_total for the top
+  // metrics_top_keys missed keys by calls (a key that leaves the top N stops being
+  // exported). One snapshot, as for reports; costs what GetMissReport costs, off the
+  // hit path.
+  std::string MetricsText() const;
   std::vector<LoadReport> LoadReports() const;  // of the bundles loaded now
 
   struct Impl;
