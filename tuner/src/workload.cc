@@ -1,5 +1,6 @@
 #include "cliffguard/tuner/workload.h"
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <sstream>
@@ -97,6 +98,32 @@ StatusOr<std::vector<OpKey>> ReadWorkloadFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ParseWorkload(ss.str(), path);
+}
+
+StatusOr<Shard> ParseShard(std::string_view text) {
+  Shard s;
+  const size_t slash = text.find('/');
+  auto number = [](std::string_view v, int& out) {
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+    return !v.empty() && ec == std::errc() && end == v.data() + v.size();
+  };
+  if (slash == std::string_view::npos || !number(text.substr(0, slash), s.index) ||
+      !number(text.substr(slash + 1), s.count) || s.count < 1 || s.count > 65536 || s.index < 0 || s.index >= s.count)
+    return InvalidArgument(fmt::format("shard '{}' must be I/N with integers 0 <= I < N <= 65536 (shard I of N, "
+                                       "counted from 0)",
+                                       text));
+  return s;
+}
+
+std::vector<size_t> ShardIndices(const std::vector<std::string>& names, Shard shard) {
+  std::vector<size_t> order(names.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return names[a] < names[b]; });
+  std::vector<size_t> out;
+  for (size_t r = static_cast<size_t>(shard.index); r < order.size(); r += static_cast<size_t>(shard.count))
+    out.push_back(order[r]);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace cliffguard::tuner

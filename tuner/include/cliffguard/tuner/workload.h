@@ -29,4 +29,17 @@ StatusOr<std::vector<OpKey>> ReadWorkloadFile(const std::string& path);
 // Drops later duplicates, keeping first-seen order.
 std::vector<OpKey> DedupKeys(const std::vector<OpKey>& keys);
 
+// One of N shares of a workload, for tuning on N machines (`tune --shard I/N`).
+struct Shard {
+  int index = 0;  // 0 <= index < count, as Kubernetes' completion index and Slurm's array task id
+  int count = 1;
+};
+// "I/N" with 0 <= I < N <= 65536; errors name the text and the rule.
+StatusOr<Shard> ParseShard(std::string_view text);
+// The positions in `names` (one per unit of work: a key's or a bucket's text) that
+// `shard` takes: the units sorted by name, dealt round-robin. Every unit goes to
+// exactly one of the N shards, shares differ by at most one, and the split does not
+// depend on the order the units were given in.
+std::vector<size_t> ShardIndices(const std::vector<std::string>& names, Shard shard);
+
 }  // namespace cliffguard::tuner
