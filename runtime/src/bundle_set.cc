@@ -11,12 +11,37 @@
 
 namespace cliffguard {
 
+namespace {
+
+// The properties of a bundle's device that differ from this one, for people.
+std::string DeviceDifference(const DeviceInfo& b, const DeviceInfo& here) {
+  std::vector<std::string> d;
+  if (b.backend != here.backend) d.push_back(fmt::format("backend {}, here {}", BackendName(b.backend), BackendName(here.backend)));
+  if (b.vendor != here.vendor) d.push_back(fmt::format("vendor '{}', here '{}'", b.vendor, here.vendor));
+  if (b.name != here.name) d.push_back(fmt::format("model '{}', here '{}'", b.name, here.name));
+  if (b.family != here.family || b.model != here.model)
+    d.push_back(fmt::format("family/model {}/{}, here {}/{}", b.family, b.model, here.family, here.model));
+  if (b.arch != here.arch) d.push_back(fmt::format("ISA {}, here {}", b.arch, here.arch));
+  if (b.l1d_bytes != here.l1d_bytes || b.l2_bytes != here.l2_bytes || b.l3_bytes != here.l3_bytes)
+    d.push_back(fmt::format("caches L1d/L2/L3 {}/{}/{} KiB, here {}/{}/{} KiB", b.l1d_bytes >> 10, b.l2_bytes >> 10,
+                            b.l3_bytes >> 10, here.l1d_bytes >> 10, here.l2_bytes >> 10, here.l3_bytes >> 10));
+  if (b.threads != here.threads) d.push_back(fmt::format("thread budget {}, here {}", b.threads, here.threads));
+  std::string out;
+  for (const std::string& x : d) out += (out.empty() ? "" : "; ") + x;
+  return out.empty() ? "the fingerprints differ" : out;
+}
+
+}  // namespace
+
 StatusOr<LoadedBundle> Runtime::Impl::Prepare(std::span<const uint8_t> bytes, const std::string& source) const {
   const AlignedBytes aligned(bytes);
   CG_ASSIGN_OR_RETURN(const fb::Bundle* b, VerifyBundle(aligned.span(), source));
   LoadedBundle lb;
   LoadReport& r = lb.report;
   r.source = source;
+  r.producer = b->producer() ? b->producer()->str() : "";
+  r.producer_version = b->producer_version() ? b->producer_version()->str() : "";
+  r.schema_version = b->schema_version();
   r.device_fingerprint = b->device()->fingerprint() ? b->device()->fingerprint()->str() : "";
   r.entries_total = b->entries() ? b->entries()->size() : 0;
   const DeviceInfo bd = DeviceFromFlatbuffer(b->device());
@@ -27,7 +52,8 @@ StatusOr<LoadedBundle> Runtime::Impl::Prepare(std::span<const uint8_t> bytes, co
     r.device_match = true;
     r.device_rule = "same-arch";
   } else {
-    r.device_rule = fmt::format("device '{}' is not this device '{}'", r.device_fingerprint, device.fingerprint);
+    r.device_rule = fmt::format("device '{}' is not this device '{}': {}", r.device_fingerprint, device.fingerprint,
+                                DeviceDifference(bd, device));
   }
   if (r.device_match) {
     lb.resolved = ResolveVerifiedBundle(*b, device);
@@ -51,11 +77,20 @@ void Runtime::Impl::LogLoad(const LoadReport& r) {
   }
   const LogLevel warn = first ? LogLevel::kWarn : LogLevel::kInfo;
   if (!r.device_match) {
-    logging::Log(warn, "bundle '{}' is for another device and is not applied: {}", r.source, r.device_rule);
+    // Only the thread budget differs: the advice is to tune for this budget or relax the rule.
+    const bool budget_only = r.device_rule.find("; ") == std::string::npos &&
+                             r.device_rule.find(": thread budget ") != std::string::npos;
+    logging::Log(warn, "bundle '{}' ({} {}) is for another device and is not applied: {}{}", r.source, r.producer,
+                 r.producer_version, r.device_rule,
+                 budget_only ? fmt::format(". Tune for this budget (tune --threads {}), or accept bundles of the same "
+                                           "ISA (CLIFFGUARD_SAME_ARCH=1, RuntimeOptions::allow_same_arch_bundles)",
+                                           device.threads)
+                             : "");
     return;
   }
-  logging::Info("bundle '{}': {} of {} entries loaded ({} rejected), device rule {}", r.source, r.entries_loaded,
-                r.entries_total, r.rejected.size(), r.device_rule);
+  logging::Info("bundle '{}' ({} {}, schema {}): {} of {} entries loaded ({} rejected), device rule {}", r.source,
+                r.producer, r.producer_version, r.schema_version, r.entries_loaded, r.entries_total, r.rejected.size(),
+                r.device_rule);
   for (const RejectedEntry& e : r.rejected)
     logging::Log(warn, "bundle '{}': entry rejected ({}): {}", r.source, EntryRejectionName(e.reason), e.message);
 }

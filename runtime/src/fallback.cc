@@ -56,7 +56,10 @@ MissEntry* Runtime::Impl::FindMiss(const OpKey& key, uint64_t hash, const Dispat
                  "It is counted in the miss report{}.",
                  MissKindName(current.kind), key.ToString(), device.fingerprint, current.fallback_source,
                  current.fallback.ToString(),
-                 ServedByTunedKey(current.served_by) ? "" : "; tune it to remove this cliff");
+                 ServedByTunedKey(current.served_by)           ? ""
+                 : current.kind == MissKind::kDeviceMiss         ? "; no loaded bundle applies to this device (the bundle "
+                                                                   "load warning says which property differs)"
+                                                                 : "; tune it to remove this cliff");
   }
   return m;
 }

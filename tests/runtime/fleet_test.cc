@@ -414,6 +414,17 @@ TEST(FleetTest, EnvironmentSwitchesAreAppliedAndBadValuesRefused) {
     EXPECT_TRUE(lr->device_match);
     EXPECT_EQ(lr->device_rule, "same-arch");
   }
+  {
+    auto rt = Runtime::Create({.threads = 2});  // without the switch: refused, naming what differs
+    ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+    auto lr = (*rt)->LoadBundleFile(bundle.path);
+    ASSERT_TRUE(lr.ok());
+    EXPECT_FALSE(lr->device_match);
+    EXPECT_NE(lr->device_rule.find(": thread budget 1, here 2"), std::string::npos) << lr->device_rule;
+    EXPECT_EQ(lr->producer, "cliffguard");
+    EXPECT_EQ(lr->producer_version, "0.1.0");
+    EXPECT_EQ(lr->schema_version, 1u);
+  }
   for (const char* bad : {"0", "-1", "abc", "1e9", ""}) {
     ScopedEnv env("CLIFFGUARD_MISS_REPORT_INTERVAL", bad);
     auto rt = Runtime::Create({.threads = 1, .miss_report_path = TempFile("never.json").path});

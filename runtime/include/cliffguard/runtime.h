@@ -113,9 +113,14 @@ struct RuntimeOptions {
 // What loading one bundle did.
 struct LoadReport {
   std::string source;            // path, or the name given for a buffer
+  std::string producer;          // what wrote it ("cliffguard") and its version; a bundle of a
+  std::string producer_version;  // newer producer loads when its schema_version is one this build reads
+  uint32_t schema_version = 0;
   std::string device_fingerprint;  // the bundle's device
   bool device_match = false;     // its entries apply to this runtime's device
-  std::string device_rule;       // "exact", "same-arch" or why it does not apply
+  // "exact", "same-arch", or why it does not apply, naming each property that differs
+  // ("thread budget 4, here 2; model 'X', here 'Y'")
+  std::string device_rule;
   size_t entries_total = 0;
   size_t entries_loaded = 0;     // usable entries (rejected ones excluded)
   std::vector<RejectedEntry> rejected;
