@@ -37,6 +37,17 @@ LogLevel FromSpd(spdlog::level::level_enum l) {
   }
 }
 
+// The message without a leading "cliffguard: " (or "cliffguard:"): the stderr form
+// names cliffguard once, in its "[cliffguard]" prefix.
+std::string_view WithoutOwnPrefix(std::string_view text) {
+  constexpr std::string_view kOwn = "cliffguard:";
+  while (text.substr(0, kOwn.size()) == kOwn) {
+    text.remove_prefix(kOwn.size());
+    while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+  }
+  return text;
+}
+
 // Hands each message to the host's sink, or writes it to stderr. base_sink's mutex
 // serialises both.
 class HostSink final : public spdlog::sinks::base_sink<std::mutex> {
@@ -48,7 +59,7 @@ class HostSink final : public spdlog::sinks::base_sink<std::mutex> {
 
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
-    const std::string_view text(msg.payload.data(), msg.payload.size());
+    const std::string_view text = WithoutOwnPrefix(std::string_view(msg.payload.data(), msg.payload.size()));
     if (sink_) {
       sink_(FromSpd(msg.level), text);
       return;

@@ -14,7 +14,8 @@ void AddDeviceCommand(CLI::App& app) {
   };
   auto opts = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("device", "List every device this build runs on: identity, fingerprint, kernel variants");
-  cmd->add_option("--threads", opts->threads, "CPU thread budget (0: CLIFFGUARD_THREADS or every CPU available)");
+  cmd->add_option("--threads", opts->threads, "CPU thread budget (0: CLIFFGUARD_THREADS or every CPU available)")
+      ->capture_default_str();
   cmd->add_flag("--json", opts->json, "Print JSON");
   cmd->callback([opts] {
     auto budget = ResolveThreadBudget(opts->threads, "device --threads");

@@ -25,7 +25,7 @@ void AddMergeCommand(CLI::App& app) {
     std::vector<BundleSpec> specs;
     for (const auto& path : o->inputs) {
       auto s = ReadBundleFile(path);
-      ExitIfError(s.status(), "merge");
+      ExitIfError(s.status(), "merge", kExitFailure);
       if (!s->unreadable.empty())
         Fail("merge", fmt::format("bundle '{}': {} entries this build cannot read ({}: {}); merging would drop them: "
                                   "merge with a cliffguard that reads them",
@@ -34,10 +34,10 @@ void AddMergeCommand(CLI::App& app) {
       specs.push_back(std::move(*s));
     }
     auto merged = tuner::MergeBundles(specs, o->inputs, static_cast<uint64_t>(tuner::UnixNow()));
-    ExitIfError(merged.status(), "merge");
+    ExitIfError(merged.status(), "merge", kExitFailure);
     size_t total = 0;
     for (const auto& s : specs) total += s.entries.size();
-    ExitIfError(WriteBundleFile(o->out, *merged), "merge");
+    ExitIfError(WriteBundleFile(o->out, *merged), "merge", kExitFailure);
     fmt::print("wrote {}: {} entries from {} bundles ({} entries in, {} duplicates resolved by lower tuned_us); device {}\n",
                o->out, merged->entries.size(), specs.size(), total, total - merged->entries.size(),
                merged->device.fingerprint);

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "cli_util.h"
+#include "cliffguard/device.h"
 #include "cliffguard/runtime.h"
 #include "commands.h"
 #include "report_print.h"
@@ -27,10 +28,12 @@ void AddRunCommand(CLI::App& app) {
   auto opts = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("run", "Serve calls through the runtime and report hits, misses and speed");
   cmd->add_option("--bundle", opts->bundles, "Bundle to load (repeatable)");
-  cmd->add_option("--op", opts->op, "Operator")->check(CLI::IsMember({"gemm"}));
+  cmd->add_option("--op", opts->op, "Operator")->check(CLI::IsMember({"gemm"}))->capture_default_str();
   cmd->add_option("--shape", opts->shapes, "M,N,K[,LAYOUT] (LAYOUT nn|nt|tn|tt) or a canonical key; repeatable")->required();
-  cmd->add_option("--iters", opts->iters, "Calls per shape")->check(CLI::Range(1, 100000000));
-  cmd->add_option("--threads", opts->threads, "Thread budget (0: CLIFFGUARD_THREADS or all)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--iters", opts->iters, "Calls per shape")->check(CLI::Range(1, 100000000))->capture_default_str();
+  cmd->add_option("--threads", opts->threads, "Thread budget (0: CLIFFGUARD_THREADS or all)")
+      ->check(CLI::Range(0, kMaxThreadBudget))
+      ->capture_default_str();
   cmd->add_option("--miss-report", opts->miss_report, "Write the miss report JSON here");
   cmd->add_flag("--plan", opts->plan, "Dispatch through GemmPlan (create once, run many) instead of per call");
   cmd->add_option("--fallback", opts->fallback,
@@ -49,18 +52,19 @@ void AddRunCommand(CLI::App& app) {
     }
     RuntimeOptions ro;
     ro.threads = opts->threads;
+    ro.miss_report_path = opts->miss_report;  // also rewritten while serving with CLIFFGUARD_MISS_REPORT_INTERVAL
     if (!opts->fallback.empty()) {
       auto p = ParseFallbackPolicy(opts->fallback);
       if (!p.ok()) Fail("run", fmt::format("--fallback: {}", p.status().message()));
       ro.fallback = *p;
     }
     auto rt = Runtime::Create(ro);
-    ExitIfError(rt.status(), "run");
+    ExitIfError(rt.status(), "run", kExitFailure);
     Runtime& r = **rt;
     fmt::print("device {} ({}, {} threads)\n", r.device().fingerprint, r.device().name, r.device().threads);
     for (const auto& b : opts->bundles) {
       auto rep = r.LoadBundleFile(b);
-      ExitIfError(rep.status(), "run");
+      ExitIfError(rep.status(), "run", kExitFailure);
       if (rep->device_match)
         fmt::print("bundle {}: {} of {} entries loaded, {} rejected\n", b, rep->entries_loaded, rep->entries_total,
                    rep->rejected.size());
@@ -86,14 +90,14 @@ void AddRunCommand(CLI::App& app) {
       GemmPlan plan;
       if (opts->plan || packed) {
         auto p = packed ? r.PlanGemm(per_call, B.data(), a.ldb) : r.PlanGemm(per_call);
-        ExitIfError(p.status(), "run");
+        ExitIfError(p.status(), "run", kExitFailure);
         plan = std::move(p).value();
         weights_bytes += plan.weights_bytes();
         packed_plans += packed;
       }
       // What the calls below use: the plan's resolution, else the per-call one.
       auto res = r.Resolve(packed ? plan.key() : per_call);
-      ExitIfError(res.status(), "run");
+      ExitIfError(res.status(), "run", kExitFailure);
       if (packed) {
         res->hit = plan.hit();
         res->schedule = plan.schedule();
@@ -107,7 +111,7 @@ void AddRunCommand(CLI::App& app) {
                     : opts->plan ? plan.Run(A.data(), a.lda, B.data(), a.ldb, C.data(), a.ldc)
                                  : r.Gemm(a);
         const auto t1 = std::chrono::steady_clock::now();
-        ExitIfError(st, "run");
+        ExitIfError(st, "run", kExitFailure);
         us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
       }
       std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
@@ -130,7 +134,7 @@ void AddRunCommand(CLI::App& app) {
     }
     fmt::print("calls {}: {} hits, {} misses\n", hits + misses, hits, misses);
     if (!opts->miss_report.empty()) {
-      ExitIfError(r.WriteMissReport(opts->miss_report), "run");
+      ExitIfError(r.WriteMissReport(opts->miss_report), "run", kExitFailure);
       fmt::print("miss report written to {} (read it with: cliffguard misses {})\n", opts->miss_report,
                  opts->miss_report);
     } else {

@@ -1,6 +1,8 @@
 // Subcommands of the `cliffguard` command line. Each Add*Command registers one
 // subcommand; its callback throws CLI::RuntimeError(exit_code) on failure after
-// printing a clear error on stderr, so every failure exits non-zero.
+// printing "cliffguard <command>: <message>" on stderr, so every failure exits
+// non-zero. Exit codes: 0 ok, 1 failure (a file, a bundle or a run went wrong),
+// 2 usage error (an argument or option value breaks its rule), 3 internal error.
 #pragma once
 
 #include <string>
@@ -22,9 +24,14 @@ void AddMergeCommand(CLI::App& app);
 void AddMeasureWorkerCommand(CLI::App& app);  // hidden: the body of spawned measurement workers
 #endif
 
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitInternal = 3;
+
 // Prints "cliffguard <command>: <status message>" on stderr and throws
-// CLI::RuntimeError(2) when !status.ok().
-void ExitIfError(const Status& status, const std::string& command);
-[[noreturn]] void Fail(const std::string& command, const std::string& message, int exit_code = 2);
+// CLI::RuntimeError(exit_code) when !status.ok(). The default is the usage code:
+// pass kExitFailure when the status is not about an argument.
+void ExitIfError(const Status& status, const std::string& command, int exit_code = kExitUsage);
+[[noreturn]] void Fail(const std::string& command, const std::string& message, int exit_code = kExitUsage);
 
 }  // namespace cliffguard::cli

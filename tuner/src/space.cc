@@ -150,7 +150,8 @@ StatusOr<Knobs> SearchSpace::FromSchedule(const Schedule& s) const {
     const auto& vals = v.params[i].values;
     const auto p = std::lower_bound(vals.begin(), vals.end(), s.params[i]);
     if (p == vals.end() || *p != s.params[i])
-      return OutOfRange(fmt::format("{}: {}={} is not an allowed value", v.name, v.params[i].name, s.params[i]));
+      return OutOfRange(fmt::format("{}: {}={} is not an allowed value: allowed are {}", v.name, v.params[i].name,
+                                    s.params[i], AllowedValues(v.params[i])));
     k.idx[i] = static_cast<int16_t>(p - vals.begin());
   }
   for (size_t i = v.params.size(); i < static_cast<size_t>(kMaxParams); ++i)

@@ -28,6 +28,9 @@ struct ParamSpec {
   const char* help;  // one line: what the parameter means and its unit
 };
 
+// Its allowed values for messages: "8, 16, 24, 32".
+std::string AllowedValues(const ParamSpec& p);
+
 // Parameter values, indexed like KernelVariant::params; unused slots are zero.
 using ParamValues = std::array<int32_t, kMaxParams>;
 

@@ -3,6 +3,8 @@
 //
 // By default messages at or above the level go to stderr as
 //   [cliffguard] [warning] bundle 'x.cgb' is for another device ...
+// naming cliffguard once: a message that starts with "cliffguard: " loses that
+// prefix, on stderr and in a host's sink alike.
 // The level is `warn` unless CLIFFGUARD_LOG_LEVEL (trace, debug, info, warn, error,
 // off) says otherwise when the logger is first used, or SetLogLevel changes it.
 // A host that has a logging system of its own installs a sink: every message at or
@@ -28,7 +30,7 @@ const char* LogLevelName(LogLevel level);  // "trace", ..., "warning", "error", 
 // Accepts trace, debug, info, warn (or warning), error, off.
 StatusOr<LogLevel> ParseLogLevel(std::string_view s);
 
-// Receives one message (no prefix, no trailing newline).
+// Receives one message (no prefix, no leading "cliffguard: ", no trailing newline).
 using LogSink = std::function<void(LogLevel level, std::string_view message)>;
 
 // Installs the host's sink; an empty function restores the stderr sink.
