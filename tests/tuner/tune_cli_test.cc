@@ -339,5 +339,128 @@ TEST(TuneCliTest, FromReportTunesTheRecommendedBucketsOfARuntimesReport) {
   std::remove(out.c_str());
 }
 
+TEST(TuneCliTest, ShardsTuneEveryKeyExactlyOnceAndMergeToASingleRunsKeys) {
+  const std::string workload = TempPath("shard_workload.txt");
+  {
+    std::ofstream w(workload);
+    w << "8,16,8\n9,16,8\n10,16,8,nt\n12,24,8\n5,16,16\n6,16,16,nt\n7,8,8\n";
+  }
+  const std::string common = fmt::format("tune --workload {} --trials 2 --strategy random --no-confirm "
+                                         "--no-bundle-default {}",
+                                         workload, kFast);
+  auto keys_of = [](const std::string& path) {
+    std::multiset<std::string> keys;
+    auto b = ReadBundleFile(path);
+    EXPECT_TRUE(b.ok()) << path << ": " << b.status().ToString();
+    if (b.ok())
+      for (const auto& e : b->entries) keys.insert(e.key.ToString());
+    return keys;
+  };
+  const std::string single_log = TempPath("shard_single.jsonl"), single = TempPath("shard_single.cgb");
+  CliResult r = RunCli(fmt::format("{} --log {} --out {}", common, single_log, single));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::multiset<std::string> want = keys_of(single);
+  ASSERT_EQ(want.size(), 7u);
+
+  const int n = 3;
+  std::multiset<std::string> got;
+  std::string bundles;
+  for (int i = 0; i < n; ++i) {
+    const std::string log = TempPath(fmt::format("shard{}.jsonl", i)), out = TempPath(fmt::format("shard{}.cgb", i));
+    r = RunCli(fmt::format("{} --shard {}/{} --log {} --out {}", common, i, n, log, out));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(fmt::format("shard {}/{}: {} of 7 keys", i, n, i == 0 ? 3 : 2)), std::string::npos)
+        << r.output;
+    const auto mine = keys_of(out);
+    got.insert(mine.begin(), mine.end());  // a key in two shards would appear twice
+    bundles += " " + out;
+    std::remove(log.c_str());
+  }
+  EXPECT_EQ(got, want);
+  const std::string merged = TempPath("shard_merged.cgb");
+  r = RunCli(fmt::format("merge{} -o {}", bundles, merged));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("0 duplicates"), std::string::npos) << r.output;
+  EXPECT_EQ(keys_of(merged), want);
+
+  // The same through the engines' scripts: shards 0 and 1 as Slurm array tasks, shard
+  // 2 as a Kubernetes Indexed Job pod, then the merge step.
+  const std::string root = std::filesystem::path(CG_TEST_DATA_DIR).parent_path().parent_path().string();
+  const std::string dir = TempPath("shard_engines");
+  std::filesystem::create_directories(dir);
+  const std::string env = fmt::format("CLIFFGUARD='{}' CG_WORKLOAD='{}' CG_OUT_DIR='{}' CG_TUNE_ARGS='--trials 2 "
+                                      "--strategy random --no-confirm --no-bundle-default {}'",
+                                      CG_CLI_PATH, workload, dir, kFast);
+  auto run_sh = [](const std::string& cmd) {
+    CliResult r;
+    FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+    char buf[4096];
+    for (size_t k; p && (k = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, k);
+    const int st = p ? ::pclose(p) : -1;
+    r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return r;
+  };
+  const std::string merge = fmt::format("{} CG_SHARDS=3 sh '{}/deploy/merge-shards.sh'", env, root);
+  for (int i = 0; i < 2; ++i) {
+    r = run_sh(fmt::format("{} SLURM_ARRAY_TASK_ID={} SLURM_ARRAY_TASK_COUNT=3 SLURM_SUBMIT_DIR='{}' bash '{}/deploy/slurm/tune.sbatch'",
+                           env, i, root, root));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  r = run_sh(merge);  // shard 2 has not run: refused, naming it
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("shards not finished: 2 (of 3)"), std::string::npos) << r.output;
+  r = run_sh(fmt::format("{} JOB_COMPLETION_INDEX=2 CG_SHARDS=3 sh '{}/deploy/tune-shard.sh'", env, root));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_sh(merge);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(keys_of(dir + "/tuned.cgb"), want);
+  std::filesystem::remove_all(dir);
+
+  for (const char* bad : {"3/3", "-1/3", "1/0", "1", "a/b", "1/3x"}) {
+    r = RunCli(fmt::format("{} --shard {} --log {} --out {}", common, bad, TempPath("bad.jsonl"), TempPath("bad.cgb")));
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.output;
+    EXPECT_NE(r.output.find("must be I/N"), std::string::npos) << r.output;
+  }
+  for (const std::string& p : {workload, single_log, single, merged}) std::remove(p.c_str());
+}
+
+TEST(TuneCliTest, FromReportMergesSeveralReplicasReports) {
+  const DeviceInfo here = HostCpuDevice(1);
+  auto report = [&](int64_t pid, int64_t m, uint64_t count) {
+    MissReport r;
+    r.device_fingerprint = here.fingerprint;
+    r.device_threads = 1;
+    r.host = "replica";
+    r.pid = pid;
+    r.process_start = 1.8e9;
+    MissRecord rec;
+    rec.key = *OpKey::Parse(fmt::format("gemm f32 nn m={} n=16 k=8", m));
+    rec.count = count;
+    rec.served_calls[static_cast<int>(ServedBy::kBuiltinDefault)] = count;
+    rec.served_us[static_cast<int>(ServedBy::kBuiltinDefault)] = rec.fallback_us_total = 10.0 * double(count);
+    r.records.push_back(rec);
+    r.misses = r.calls = count;
+    const std::string path = TempPath(fmt::format("replica{}.json", pid));
+    std::ofstream(path) << MissReportToJson(r);
+    return path;
+  };
+  const std::string a = report(1, 3, 10), b = report(2, 40, 1000), c = report(3, 3, 5);
+  const std::string log = TempPath("replicas.jsonl"), out = TempPath("replicas.cgb");
+  CliResult r = RunCli(fmt::format("tune --from-report {} {} --from-report {} --top 1 --trials 2 --strategy random "
+                                   "--no-confirm --log {} --out {} {}",
+                                   a, b, c, log, out, kFast));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("from 3 merged reports"), std::string::npos) << r.output;
+  auto bundle = ReadBundleFile(out);
+  ASSERT_TRUE(bundle.ok()) << bundle.status().ToString();
+  bool m40 = false;  // the top range of the merged traffic: m=40 with 1000 calls
+  for (const auto& e : bundle->entries) m40 = m40 || e.key.dims[kVaryingDim] == 40;
+  EXPECT_TRUE(m40) << r.output;
+  r = RunCli(fmt::format("tune --from-report {} {} --log {} --out {}", a, a, TempPath("dup.jsonl"), TempPath("dup.cgb")));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("count its calls twice"), std::string::npos) << r.output;
+  for (const std::string& p : {a, b, c, log, out}) std::remove(p.c_str());
+}
+
 }  // namespace
 }  // namespace cliffguard::tuner

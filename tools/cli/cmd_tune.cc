@@ -21,6 +21,7 @@
 #include "cliffguard/tuner/tuner.h"
 #include "cliffguard/tuner/workload.h"
 #include "commands.h"
+#include "report_print.h"
 
 namespace cliffguard::cli {
 namespace {
@@ -44,7 +45,8 @@ void AddTuneCommand(CLI::App& app) {
   struct Opts {
     std::string op = "gemm";
     std::vector<std::string> shapes;
-    std::string workload, from_report, log, out, buckets;
+    std::string workload, log, out, buckets, shard;
+    std::vector<std::string> from_report;
     int top = 5;
     tuner::TunerOptions t;
     bool no_bundle_default = false;
@@ -66,7 +68,12 @@ void AddTuneCommand(CLI::App& app) {
                   "exactly. Not with --from-report");
   cmd->add_option("--from-report", o->from_report,
                   "Miss report (JSON): tune its top recommended buckets, or its top-ranked keys when it "
-                  "recommends none (older reports)");
+                  "recommends none (older reports). Several reports (of one device; repeat the option or list "
+                  "them) are merged first, as `misses merge` does");
+  cmd->add_option("--shard", o->shard,
+                  "Tune only shard I of N (I/N, 0 <= I < N) of the keys and buckets: the units sorted by their text "
+                  "and dealt round-robin, so N runs with I = 0..N-1 tune every unit exactly once; `merge` their "
+                  "bundles. For Kubernetes Indexed Jobs and Slurm array jobs (deploy/)");
   cmd->add_option("--top", o->top, "With --from-report: how many recommended buckets (or top-ranked keys)")
       ->capture_default_str();
   cmd->add_option("--trials", o->t.trials, "Trial measurements per key (resumed ones count)")->capture_default_str();
@@ -90,7 +97,8 @@ void AddTuneCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--min-repeats", o->t.measure.min_repeats, "At least this many timed calls per candidate")
       ->capture_default_str();
-  cmd->add_option("--timeout-s", o->t.measure.timeout_s, "Per-candidate timeout (0: 30 s)")->capture_default_str();
+  cmd->add_option("--timeout-s", o->t.measure.timeout_s, "Per-candidate timeout in seconds (0: 30 s)")
+      ->default_str(fmt::format("{} (30 s)", o->t.measure.timeout_s));
   cmd->add_option("--key-time-limit-s", o->t.key_time_limit_s, "Stop a key's trials after this long (0: none)")
       ->capture_default_str();
   cmd->add_option("--time-limit-s", o->t.total_time_limit_s, "Stop starting batches after this long (0: none)")
@@ -119,7 +127,7 @@ void AddTuneCommand(CLI::App& app) {
     }
     if (!o->workload.empty()) {
       auto w = tuner::ReadWorkloadFile(o->workload);
-      ExitIfError(w.status(), c);
+      ExitIfError(w.status(), c, kExitFailure);
       keys.insert(keys.end(), w->begin(), w->end());
     }
     if (o->constant_weights)
@@ -142,10 +150,10 @@ void AddTuneCommand(CLI::App& app) {
     }
     if (!o->from_report.empty()) {
       if (o->top < 1) Fail(c, fmt::format("--top {} must be >= 1", o->top));
-      auto bytes = ReadFileBytes(o->from_report, int64_t{1} << 28);
-      ExitIfError(bytes.status(), c);
-      auto rep = MissReportFromJson(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
-      if (!rep.ok()) Fail(c, fmt::format("miss report '{}': {}", o->from_report, rep.status().ToString()));
+      auto rep = ReadMergedMissReport(o->from_report);
+      if (!rep.ok()) Fail(c, fmt::format("--from-report: {}", rep.status().message()), kExitFailure);
+      const std::string from = o->from_report.size() == 1 ? o->from_report[0]
+                                                           : fmt::format("{} merged reports", o->from_report.size());
       RankMissRecords(*rep);
       // Tune for the device that reported the misses: its thread budget is part of
       // its identity, so a bundle for another budget would be a device miss there.
@@ -158,7 +166,7 @@ void AddTuneCommand(CLI::App& app) {
         if (o->t.threads != 0 && o->t.threads != report_threads)
           Fail(c, fmt::format("--threads {} differs from the thread budget {} of the device that wrote '{}' ({}); "
                               "drop --threads to tune for that device",
-                              o->t.threads, report_threads, o->from_report, rep->device_fingerprint));
+                              o->t.threads, report_threads, from, rep->device_fingerprint));
         o->t.threads = report_threads;
       }
       auto budget = ResolveThreadBudget(o->t.threads, "tune --threads");
@@ -167,7 +175,7 @@ void AddTuneCommand(CLI::App& app) {
       if (!FingerprintMatches(here, rep->device_fingerprint))
         Fail(c, fmt::format("miss report '{}' is for device {} ({}, thread budget {}); this host with thread budget {} "
                             "is {} ({}): a bundle tuned here would be a device miss there. Tune on the reported device",
-                            o->from_report, rep->device_fingerprint, rep->device_name.empty() ? "?" : rep->device_name,
+                            from, rep->device_fingerprint, rep->device_name.empty() ? "?" : rep->device_name,
                             report_threads > 0 ? fmt::format("{}", report_threads) : "unknown", *budget,
                             here.fingerprint, here.name));
       const tuner::ReportSelection sel = tuner::SelectFromReport(
@@ -178,17 +186,16 @@ void AddTuneCommand(CLI::App& app) {
         const Status st = b.hi > 0 ? CheckBucket(b.key, b.lo, b.hi)
                                    : InvalidArgument(fmt::format("bucket [{}, {}] of {} is no range", b.lo, b.hi,
                                                                  b.key.ToString()));
-        if (!st.ok()) Fail(c, fmt::format("miss report '{}': recommended {}", o->from_report, st.message()));
+        if (!st.ok()) Fail(c, fmt::format("miss report '{}': recommended {}", from, st.message()));
       }
       if (!rep->recommended_buckets.empty()) {
         if (sel.buckets.empty())
-          Fail(c, fmt::format("miss report '{}' recommends no f32 gemm bucket to tune", o->from_report));
+          Fail(c, fmt::format("miss report '{}' recommends no f32 gemm bucket to tune", from));
         fmt::print(stderr, "tune: {} of {} recommended buckets from {} (their ranges, not the report's keys, are tuned)\n",
-                   sel.buckets.size(), rep->recommended_buckets.size(), o->from_report);
+                   sel.buckets.size(), rep->recommended_buckets.size(), from);
       } else {
-        if (sel.keys.empty()) Fail(c, fmt::format("miss report '{}' lists no f32 gemm key to tune", o->from_report));
-        fmt::print(stderr, "tune: {} top-ranked keys from {} (it recommends no buckets)\n", sel.keys.size(),
-                   o->from_report);
+        if (sel.keys.empty()) Fail(c, fmt::format("miss report '{}' lists no f32 gemm key to tune", from));
+        fmt::print(stderr, "tune: {} top-ranked keys from {} (it recommends no buckets)\n", sel.keys.size(), from);
       }
       keys.insert(keys.end(), sel.keys.begin(), sel.keys.end());
       buckets = sel.buckets;
@@ -197,6 +204,28 @@ void AddTuneCommand(CLI::App& app) {
       if (k.op != OpKind::kGemm) Fail(c, fmt::format("key '{}' is not a gemm (--op gemm)", k.ToString()));
     keys = tuner::DedupKeys(keys);
     if (keys.empty() && buckets.empty()) Fail(c, "no keys to tune: give --shape, --workload or --from-report");
+    if (!o->shard.empty()) {
+      auto shard = tuner::ParseShard(o->shard);
+      ExitIfError(shard.status(), c);
+      std::vector<std::string> names;  // keys first, then buckets; a bucket's name holds its range
+      for (const auto& k : keys) names.push_back(k.ToString());
+      for (const auto& b : buckets) names.push_back(fmt::format("{} bucket [{}, {}]", b.key.ToString(), b.lo, b.hi));
+      std::vector<OpKey> shard_keys;
+      std::vector<tuner::BucketTarget> shard_buckets;
+      for (size_t i : tuner::ShardIndices(names, *shard)) {
+        if (i < keys.size()) shard_keys.push_back(keys[i]);
+        else shard_buckets.push_back(buckets[i - keys.size()]);
+      }
+      fmt::print(stderr, "tune: shard {}/{}: {} of {} keys and {} of {} buckets\n", shard->index, shard->count,
+                 shard_keys.size(), keys.size(), shard_buckets.size(), buckets.size());
+      if (shard_keys.empty() && shard_buckets.empty()) {
+        fmt::print("shard {}/{} has no work ({} units for {} shards); no bundle written\n", shard->index, shard->count,
+                   names.size(), shard->count);
+        return;
+      }
+      keys = std::move(shard_keys);
+      buckets = std::move(shard_buckets);
+    }
 
     tuner::TunerOptions& t = o->t;
     if (o->sandbox != "auto" && o->sandbox != "fork" && o->sandbox != "spawn")
@@ -231,7 +260,7 @@ void AddTuneCommand(CLI::App& app) {
     };
     auto res = tuner::Tune(t);
     if (line_open) fmt::print(stderr, "\n");
-    ExitIfError(res.status(), c);
+    ExitIfError(res.status(), c, res.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure);
 
     Table table({"key", "default us", "tuned us", "speed-up", "GFLOP/s", "trials", "errors", "bucket", "note"});
     for (const auto& s : res->summaries)
@@ -242,7 +271,7 @@ void AddTuneCommand(CLI::App& app) {
                  s.note + (s.resumed ? fmt::format("{}{} resumed", s.note.empty() ? "" : "; ", s.resumed) : "")});
     fmt::print("{}", table.Render());
     if (res->bundle.entries.empty()) Fail(c, "no key got a verified schedule; no bundle written", 1);
-    ExitIfError(WriteBundleFile(o->out, res->bundle), c);
+    ExitIfError(WriteBundleFile(o->out, res->bundle), c, kExitFailure);
     fmt::print("wrote {}: {} entries, {} op default(s), cost model {}; device {}\n", o->out, res->bundle.entries.size(),
                res->bundle.defaults.size(),
                res->bundle.cost_model.empty() ? "none" : fmt::format("{} bytes", res->bundle.cost_model.size()),
