@@ -57,9 +57,11 @@ Status VariantSupports(const KernelVariant& v, const OpKey& key, const DeviceInf
 
 std::string Schedule::ToString() const {
   if (!variant) return "<none>";
-  std::string s = variant->name;
-  for (size_t i = 0; i < variant->params.size(); ++i) s += fmt::format(" {}={}", variant->params[i].name, params[i]);
-  return s;
+  fmt::memory_buffer s;
+  s.append(std::string_view(variant->name));
+  for (size_t i = 0; i < variant->params.size(); ++i)
+    fmt::format_to(std::back_inserter(s), " {}={}", variant->params[i].name, params[i]);
+  return fmt::to_string(s);
 }
 
 std::vector<std::pair<std::string, int64_t>> Schedule::Named() const {
@@ -76,6 +78,12 @@ Schedule Schedule::Defaults(const KernelVariant& v) {
   return s;
 }
 
+std::string AllowedValues(const ParamSpec& p) {
+  fmt::memory_buffer out;
+  for (size_t i = 0; i < p.values.size(); ++i) fmt::format_to(std::back_inserter(out), "{}{}", i ? ", " : "", p.values[i]);
+  return fmt::to_string(out);
+}
+
 Status Schedule::SetParam(std::string_view name, int64_t value, uint32_t& seen) {
   const KernelVariant& v = *variant;
   const int idx = v.ParamIndex(name);
@@ -84,9 +92,8 @@ Status Schedule::SetParam(std::string_view name, int64_t value, uint32_t& seen) 
   seen |= 1u << idx;
   const auto& vals = v.params[size_t(idx)].values;
   if (value < INT32_MIN || value > INT32_MAX || !std::binary_search(vals.begin(), vals.end(), static_cast<int32_t>(value))) {
-    std::string allowed;
-    for (int32_t x : vals) allowed += fmt::format("{}{}", allowed.empty() ? "" : ", ", x);
-    return OutOfRange(fmt::format("{}: {}={} is not one of its values: {}", v.name, name, value, allowed));
+    return OutOfRange(fmt::format("{}: {}={} is not one of its values: {}", v.name, name, value,
+                                  AllowedValues(v.params[size_t(idx)])));
   }
   params[size_t(idx)] = static_cast<int32_t>(value);
   return Status::Ok();
@@ -116,7 +123,8 @@ Status CheckSchedule(const Schedule& s, const OpKey& key, const DeviceInfo& devi
   for (size_t i = 0; i < v.params.size(); ++i) {
     const auto& vals = v.params[i].values;
     if (!std::binary_search(vals.begin(), vals.end(), s.params[i]))
-      return OutOfRange(fmt::format("{}: {}={} is not an allowed value", v.name, v.params[i].name, s.params[i]));
+      return OutOfRange(fmt::format("{}: {}={} is not an allowed value: allowed are {}", v.name, v.params[i].name,
+                                    s.params[i], AllowedValues(v.params[i])));
   }
   for (size_t i = v.params.size(); i < kMaxParams; ++i)
     if (s.params[i] != 0) return InvalidArgument(fmt::format("{}: unused parameter slot {} is set", v.name, i));

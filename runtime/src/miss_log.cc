@@ -29,6 +29,12 @@ double TickClock::ToUnixSeconds(uint64_t ticks) const {
 
 std::vector<MissLog::Snapshot> MissLog::Snap() const {
   std::vector<Snapshot> out;
+  size_t entries = 0;
+  for (const Shard& s : shards_) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    entries += s.map.size();
+  }
+  out.reserve(entries + entries / 8);
   for (const Shard& s : shards_) {
     std::lock_guard<std::mutex> lock(s.mu);
     for (const auto& [key, e] : s.map) {

@@ -4,21 +4,22 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
 
+#include <fmt/compile.h>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
-#include "cliffguard/detail/json_reader.h"
 #include "cliffguard/file_io.h"
+#include "json_pull.h"
 
 namespace cliffguard {
 
-using nlohmann::ordered_json;
 
 const char* MissKindName(MissKind k) {
   switch (k) {
@@ -103,12 +104,20 @@ std::vector<BucketRecommendation> RecommendBuckets(const std::vector<MissRecord>
 }
 
 void RankMissRecords(MissReport& report) {
-  std::stable_sort(report.records.begin(), report.records.end(), [](const MissRecord& a, const MissRecord& b) {
+  std::vector<MissRecord>& recs = report.records;
+  std::vector<uint32_t> order(recs.size());  // sorted as indices: each record moves once
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) {
+    const MissRecord &a = recs[x], &b = recs[y];
     if (a.expected_gain_us != b.expected_gain_us) return a.expected_gain_us > b.expected_gain_us;
     if (a.fallback_us_total != b.fallback_us_total) return a.fallback_us_total > b.fallback_us_total;
     if (a.count != b.count) return a.count > b.count;
     return KeyOrder(a.key) < KeyOrder(b.key);
   });
+  std::vector<MissRecord> sorted;
+  sorted.reserve(recs.size());
+  for (uint32_t i : order) sorted.push_back(std::move(recs[i]));
+  recs = std::move(sorted);
 }
 
 std::vector<BucketTraffic> BucketTrafficOf(const std::vector<MissRecord>& records) {
@@ -148,7 +157,7 @@ struct Sums {
       overflow = true;
       return;
     }
-    Add(acc, std::llround(us * 1000.0));
+    Add(acc, static_cast<int64_t>(us * 1000.0 + 0.5));  // us >= 0: rounds to the nearest nanosecond
   }
 };
 double Micros(int64_t ns) { return double(ns) / 1000.0; }
@@ -163,92 +172,120 @@ auto ServedOrder(const MissRecord& m) {
   return std::tie(m.last_seen, m.served_by, m.served_from, m.kind, m.fallback, m.bucket_lo, m.bucket_hi);
 }
 
+// A key's sums, and its latest record (what served it).
 struct MergedRecord {
-  MissRecord rec;
+  MissRecord latest;
+  double first_seen = 0;
+  uint64_t count = 0;
+  uint64_t served_calls[kNumServedBy] = {};
   int64_t fallback_ns = 0, gain_ns = 0;
   int64_t served_ns[kNumServedBy] = {};
 };
 
+using SourceId = std::tuple<std::string, double, int64_t, double>;  // host, start, pid, generated_at
+SourceId IdOf(const ReportSource& x) {
+  return {x.host, x.process_start, x.pid, x.process_start > 0 ? 0.0 : x.generated_at};
+}
+std::vector<ReportSource> SourcesOf(const MissReport& r) {
+  return r.sources.empty() ? std::vector<ReportSource>{SourceOf(r)} : r.sources;
+}
+std::string DuplicateSource(const std::string& a, const std::string& b, const ReportSource& x) {
+  return fmt::format("{} and {} both hold the counts of process {} on host '{}' (started at {:.3f}): summing them "
+                     "would count its calls twice; a later report of a process holds its earlier counts, merge only "
+                     "the latest",
+                     a, b, x.pid, x.host, x.process_start);
+}
+
 }  // namespace
 
-StatusOr<MissReport> MergeMissReports(const std::vector<MissReport>& reports, const std::vector<std::string>& names) {
-  if (reports.empty()) return InvalidArgument("no miss report to merge");
-  auto name = [&](size_t i) { return i < names.size() ? fmt::format("'{}'", names[i]) : fmt::format("report {}", i + 1); };
-  const MissReport& first = reports[0];
+struct MissReportMerger::State {
   MissReport out;
-  out.schema_version = first.schema_version;
-  out.device_fingerprint = first.device_fingerprint;
-  out.device_name = first.device_name;
-  out.device_threads = first.device_threads;
-  std::map<std::tuple<std::string, double, int64_t, double>, size_t> source_of;  // (host, start, pid, at) -> report
+  std::map<SourceId, std::string> source_of;  // -> the report that brought it
   std::unordered_map<OpKey, MergedRecord, OpKeyHash> merged;
+  std::string first_name;
   double max_speedup = 0;
   Sums sums;
-  for (size_t i = 0; i < reports.size(); ++i) {
-    const MissReport& r = reports[i];
-    if (r.schema_version != first.schema_version)
-      return FailedPrecondition(fmt::format("{} has schema_version {} but {} has {}: merge reports of one version",
-                                            name(i), r.schema_version, name(0), first.schema_version));
-    if (r.device_fingerprint != first.device_fingerprint)
-      return FailedPrecondition(fmt::format(
-          "{} is for device {} but {} is for device {}: a report sums the misses of one device; merge each "
-          "device's reports separately",
-          name(i), r.device_fingerprint, name(0), first.device_fingerprint));
-    std::vector<ReportSource> sources = r.sources;
-    if (sources.empty()) sources.push_back(SourceOf(r));
-    for (const ReportSource& x : sources) {
-      const auto id = std::make_tuple(x.host, x.process_start, x.pid, x.process_start > 0 ? 0.0 : x.generated_at);
-      auto [it, added] = source_of.try_emplace(id, i);
-      if (!added)
-        return FailedPrecondition(fmt::format(
-            "{} and {} both hold the counts of process {} on host '{}' (started at {:.3f}): summing them would "
-            "count its calls twice; a later report of a process holds its earlier counts, merge only the latest",
-            name(it->second), name(i), x.pid, x.host, x.process_start));
-      out.sources.push_back(x);
+  size_t reports = 0;
+};
+
+MissReportMerger::MissReportMerger() : s_(std::make_unique<State>()) {}
+MissReportMerger::~MissReportMerger() = default;
+MissReportMerger::MissReportMerger(MissReportMerger&&) noexcept = default;
+MissReportMerger& MissReportMerger::operator=(MissReportMerger&&) noexcept = default;
+size_t MissReportMerger::reports() const { return s_->reports; }
+
+Status MissReportMerger::Add(const MissReport& r, const std::string& name) {
+  State& s = *s_;
+  MissReport& out = s.out;
+  const std::string me = name.empty() ? fmt::format("report {}", s.reports + 1) : fmt::format("'{}'", name);
+  if (s.reports == 0) {
+    out.schema_version = r.schema_version;
+    out.device_fingerprint = r.device_fingerprint;
+    out.device_name = r.device_name;
+    out.device_threads = r.device_threads;
+    s.first_name = name.empty() ? "report 1" : fmt::format("'{}'", name);
+    s.merged.reserve(r.records.size() * 2);
+  }
+  if (r.schema_version != out.schema_version)
+    return FailedPrecondition(fmt::format("{} has schema_version {} but {} has {}: merge reports of one version", me,
+                                          r.schema_version, s.first_name, out.schema_version));
+  if (r.device_fingerprint != out.device_fingerprint)
+    return FailedPrecondition(fmt::format(
+        "{} is for device {} but {} is for device {}: a report sums the misses of one device; merge each device's "
+        "reports separately",
+        me, r.device_fingerprint, s.first_name, out.device_fingerprint));
+  const std::vector<ReportSource> sources = SourcesOf(r);
+  for (const ReportSource& x : sources)
+    if (auto it = s.source_of.find(IdOf(x)); it != s.source_of.end())
+      return FailedPrecondition(DuplicateSource(it->second, me, x));
+  for (const ReportSource& x : sources) {
+    s.source_of.emplace(IdOf(x), me);
+    out.sources.push_back(x);
+  }
+  ++s.reports;
+  out.generated_at = std::max(out.generated_at, r.generated_at);
+  s.sums.Add(out.hits, r.hits);
+  s.sums.Add(out.misses, r.misses);
+  s.sums.Add(out.calls, r.calls);
+  s.max_speedup = std::max(s.max_speedup, r.expected_speedup);
+  for (const MissRecord& m : r.records) {
+    auto [it, added] = s.merged.try_emplace(m.key);
+    MergedRecord& g = it->second;
+    if (added) {
+      g.latest = m;
+      g.first_seen = m.first_seen;
+    } else {
+      g.first_seen = std::min(g.first_seen, m.first_seen);
+      if (ServedOrder(m) > ServedOrder(g.latest)) g.latest = m;
     }
-    out.generated_at = std::max(out.generated_at, r.generated_at);
-    sums.Add(out.hits, r.hits);
-    sums.Add(out.misses, r.misses);
-    sums.Add(out.calls, r.calls);
-    max_speedup = std::max(max_speedup, r.expected_speedup);
-    for (const MissRecord& m : r.records) {
-      auto [it, added] = merged.try_emplace(m.key);
-      MergedRecord& g = it->second;
-      if (added) {
-        g.rec = m;
-        g.rec.count = 0;
-        std::fill(std::begin(g.rec.served_calls), std::end(g.rec.served_calls), 0);
-      } else {
-        g.rec.first_seen = std::min(g.rec.first_seen, m.first_seen);
-        if (ServedOrder(m) > ServedOrder(g.rec)) {
-          const double first_seen = g.rec.first_seen;
-          const uint64_t count = g.rec.count;
-          uint64_t calls[kNumServedBy];
-          std::copy(std::begin(g.rec.served_calls), std::end(g.rec.served_calls), calls);
-          g.rec = m;
-          g.rec.first_seen = first_seen;
-          g.rec.count = count;
-          std::copy(std::begin(calls), std::end(calls), g.rec.served_calls);
-        }
-      }
-      sums.Add(g.rec.count, m.count);
-      sums.AddUs(g.fallback_ns, m.fallback_us_total);
-      sums.AddUs(g.gain_ns, m.expected_gain_us);
-      for (int k = 0; k < kNumServedBy; ++k) {
-        sums.Add(g.rec.served_calls[k], m.served_calls[k]);
-        sums.AddUs(g.served_ns[k], m.served_us[k]);
-      }
+    s.sums.Add(g.count, m.count);
+    s.sums.AddUs(g.fallback_ns, m.fallback_us_total);
+    s.sums.AddUs(g.gain_ns, m.expected_gain_us);
+    for (int k = 0; k < kNumServedBy; ++k) {
+      s.sums.Add(g.served_calls[k], m.served_calls[k]);
+      s.sums.AddUs(g.served_ns[k], m.served_us[k]);
     }
   }
+  return Status::Ok();
+}
+
+StatusOr<MissReport> MissReportMerger::Finish() const {
+  const State& s = *s_;
+  if (s.reports == 0) return InvalidArgument("no miss report to merge");
+  MissReport out = s.out;
+  Sums sums = s.sums;
   std::sort(out.sources.begin(), out.sources.end(), [](const ReportSource& a, const ReportSource& b) {
     return std::tie(a.host, a.process_start, a.pid, a.generated_at) < std::tie(b.host, b.process_start, b.pid, b.generated_at);
   });
   int64_t default_ns = 0, gain_ns = 0;
   out.served[static_cast<int>(ServedBy::kExact)] = out.hits;
   int64_t served_ns[kNumServedBy] = {};
-  out.records.reserve(merged.size());
-  for (auto& [key, g] : merged) {
-    MissRecord& m = g.rec;
+  out.records.reserve(s.merged.size());
+  for (const auto& [key, g] : s.merged) {
+    MissRecord m = g.latest;
+    m.first_seen = g.first_seen;
+    m.count = g.count;
+    std::copy(std::begin(g.served_calls), std::end(g.served_calls), m.served_calls);
     m.fallback_us_total = Micros(g.fallback_ns);
     m.expected_gain_us = Micros(g.gain_ns);
     sums.Add(gain_ns, g.gain_ns);
@@ -263,18 +300,18 @@ StatusOr<MissReport> MergeMissReports(const std::vector<MissReport>& reports, co
   }
   if (sums.overflow)
     return OutOfRange(fmt::format("the merged counts or times of {} reports exceed 64 bits (or 292 years of time)",
-                                  reports.size()));
+                                  s.reports));
   for (int k = 0; k < kNumServedBy; ++k) out.served_us[k] = Micros(served_ns[k]);
   if (default_ns > 0 && gain_ns == 0) {
     out.expected_speedup = 1.0;
     out.expected_speedup_basis = "no merged process had measured tuned speed-ups: gain unknown";
   } else if (default_ns > 0) {
-    out.expected_speedup = gain_ns < default_ns ? double(default_ns) / double(default_ns - gain_ns) : max_speedup;
+    out.expected_speedup = gain_ns < default_ns ? double(default_ns) / double(default_ns - gain_ns) : s.max_speedup;
     out.expected_speedup_basis = fmt::format(
         "implied by the expected gains of {} merged processes over their time in defaults (each priced by its "
         "own runtime's loaded bundles)", out.sources.size());
   } else {
-    out.expected_speedup = max_speedup;
+    out.expected_speedup = s.max_speedup;
     out.expected_speedup_basis =
         fmt::format("the largest of {} merged processes (no time in defaults to weigh them)", out.sources.size());
   }
@@ -282,6 +319,13 @@ StatusOr<MissReport> MergeMissReports(const std::vector<MissReport>& reports, co
   out.buckets = BucketTrafficOf(out.records);
   out.recommended_buckets = RecommendBuckets(out.records, out.expected_speedup);
   return out;
+}
+
+StatusOr<MissReport> MergeMissReports(const std::vector<MissReport>& reports, const std::vector<std::string>& names) {
+  MissReportMerger merger;
+  for (size_t i = 0; i < reports.size(); ++i)
+    CG_RETURN_IF_ERROR(merger.Add(reports[i], i < names.size() ? names[i] : ""));
+  return merger.Finish();
 }
 
 namespace {
@@ -316,16 +360,16 @@ class JsonOut {
   }
   void Num(double v) {
     Item();
-    if (std::isfinite(v)) fmt::format_to(std::back_inserter(out_), "{}", v);
+    if (std::isfinite(v)) fmt::format_to(std::back_inserter(out_), FMT_COMPILE("{}"), v);
     else out_.append("null");
   }
   void Int(int64_t v) {
     Item();
-    fmt::format_to(std::back_inserter(out_), "{}", v);
+    fmt::format_to(std::back_inserter(out_), FMT_COMPILE("{}"), v);
   }
   void UInt(uint64_t v) {
     Item();
-    fmt::format_to(std::back_inserter(out_), "{}", v);
+    fmt::format_to(std::back_inserter(out_), FMT_COMPILE("{}"), v);
   }
   template <typename T>
   void Field(std::string_view k, const T& v) {
@@ -384,7 +428,7 @@ class JsonOut {
         fmt::format_to(std::back_inserter(out_), "\\u{:04x}", c);
         ++i;
       } else {
-        const size_t n = Utf8Length(s.substr(i));
+        const size_t n = detail::JsonPull::Utf8SequenceLength(s.substr(i));
         if (n) out_.append(s.substr(i, n));
         else out_.append("\xEF\xBF\xBD");
         i += n ? n : 1;
@@ -392,21 +436,7 @@ class JsonOut {
     }
     out_.push_back('"');
   }
-  // The length of the well-formed UTF-8 sequence at the start of s, or 0.
-  static size_t Utf8Length(std::string_view s) {
-    const auto b = [&](size_t i) { return i < s.size() ? static_cast<unsigned char>(s[i]) : 0u; };
-    const unsigned c = b(0);
-    size_t n;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) n = 2;
-    else if (c >= 0xE0 && c <= 0xEF) n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-    else if (c >= 0xF0 && c <= 0xF4) n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-    else return 0;
-    if (b(1) < lo || b(1) > hi) return 0;
-    for (size_t i = 2; i < n; ++i)
-      if (b(i) < 0x80 || b(i) > 0xBF) return 0;
-    return n;
-  }
+
 
   bool multiline_;
   bool pending_value_ = false;
@@ -477,8 +507,14 @@ std::string MissReportToJson(const MissReport& r, bool multiline) {
     j.Field("served_by", std::string_view(ServedByName(m.served_by)));
     if (!m.served_from.empty()) j.Field("served_from", m.served_from);
     if (m.bucket_hi > 0) j.Range("bucket", m.bucket_lo, m.bucket_hi);
-    bool any = false;  // no split: every call ran served_by (the reader's rule)
-    for (int i = 0; i < kNumServedBy; ++i) {
+    // No split when every call ran served_by (the reader's rule: then count and
+    // fallback_us_total are its calls and time).
+    const int by = static_cast<int>(m.served_by);
+    bool one_kind = m.served_calls[by] == m.count && m.served_us[by] == m.fallback_us_total;
+    for (int i = 0; i < kNumServedBy; ++i)
+      if (i != by && (m.served_calls[i] || m.served_us[i] != 0)) one_kind = false;
+    bool any = false;
+    for (int i = 0; i < kNumServedBy && !one_kind; ++i) {
       if (!m.served_calls[i]) continue;
       if (!any) {
         j.Key("served");
@@ -526,173 +562,388 @@ std::string MissReportToJson(const MissReport& r, bool multiline) {
 
 namespace {
 
-// o[name] as "[lo, hi]" of the varying dimension, 1 <= lo <= hi. When absent: an error
-// if `required`, else lo and hi are left as they are.
-Status ReadRange(const ordered_json& o, const char* name, const std::string& path, int64_t& lo, int64_t& hi,
-                 bool required) {
-  const auto it = o.find(name);
-  if (it == o.end())
-    return required ? InvalidArgument(fmt::format("{}.{} is missing: [lo, hi] is required", path, name))
-                    : Status::Ok();
-  const ordered_json& b = *it;
-  if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
-      b[0].get<int64_t>() < 1 || b[0].get<int64_t>() > b[1].get<int64_t>())
-    return InvalidArgument(fmt::format("{}.{} must be [lo, hi], integers with 1 <= lo <= hi", path, name));
-  lo = b[0].get<int64_t>();
-  hi = b[1].get<int64_t>();
-  return Status::Ok();
-}
+using detail::JsonPull;
 
-StatusOr<OpKey> ReadKey(detail::JsonReader& rd, const ordered_json& o) {
-  const std::string text = rd.String(o, "key");
-  CG_RETURN_IF_ERROR(rd.status());
-  auto key = OpKey::Parse(text);
-  if (!key.ok()) return InvalidArgument(fmt::format("{}.key: {}", rd.path(), key.status().message()));
-  return key;
-}
-
-}  // namespace
-
-StatusOr<MissReport> MissReportFromJson(std::string_view text) {
-  ordered_json j = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgument("miss report: not valid JSON");
-  if (!j.is_object()) return InvalidArgument("miss report: the top level must be an object");
-  MissReport r;
-  detail::JsonReader rd("miss report");
-  r.schema_version = static_cast<int>(rd.Int(j, "schema_version", true, -1, 1 << 20));
-  CG_RETURN_IF_ERROR(rd.status());
-  if (r.schema_version != 1)
-    return FailedPrecondition(fmt::format("miss report: schema_version {} is not 1 (the version this build reads)", r.schema_version));
-  const ordered_json* dev = rd.Object(j, "device");
-  CG_RETURN_IF_ERROR(rd.status());
-  detail::JsonReader dr = rd.Sub("device");
-  r.device_fingerprint = dr.String(*dev, "fingerprint");
-  r.device_name = dr.String(*dev, "name", false);
-  r.device_threads = static_cast<int>(dr.Int(*dev, "threads", false, 1, 1024));
-  rd.Absorb(dr);
-  r.host = rd.String(j, "host", false);
-  r.pid = rd.Int(j, "pid", false, 0);
-  r.calls = rd.UInt(j, "calls");
-  r.hits = rd.UInt(j, "hits");
-  r.misses = rd.UInt(j, "misses");
-  r.generated_at = rd.Number(j, "generated_at", false);
-  r.process_start = rd.Number(j, "process_start", false);
-  r.runtime_version = rd.String(j, "runtime_version", false);
-  if (const ordered_json* sources = rd.Array(j, "sources", false)) {
-    for (size_t i = 0; i < sources->size(); ++i) {
-      detail::JsonReader sr(fmt::format("miss report: sources[{}]", i));
-      const ordered_json& o = (*sources)[i];
-      ReportSource x;
-      x.host = sr.String(o, "host");
-      x.pid = sr.Int(o, "pid", true, 0);
-      x.process_start = sr.Number(o, "process_start");
-      x.runtime_version = sr.String(o, "runtime_version");
-      x.generated_at = sr.Number(o, "generated_at");
-      x.calls = sr.UInt(o, "calls");
-      CG_RETURN_IF_ERROR(sr.status());
-      r.sources.push_back(std::move(x));
+// Reads a miss report's fields in document order (a fleet merge parses hundreds of
+// megabytes of them). Each error names the field's path, the value and the rule;
+// the first one ends the read.
+// A fast hash of short texts (op keys), 8 bytes at a time.
+struct TextHash {
+  size_t operator()(const std::string& s) const noexcept {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
+    size_t i = 0;
+    for (; i + 8 <= s.size(); i += 8) {
+      uint64_t w;
+      std::memcpy(&w, s.data() + i, 8);
+      h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+      h ^= h >> 32;
     }
+    uint64_t w = 0;
+    std::memcpy(&w, s.data() + i, s.size() - i);
+    h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+    return size_t(h ^ (h >> 29));
   }
-  if (j.contains("expected_speedup")) r.expected_speedup = rd.Number(j, "expected_speedup");
-  r.expected_speedup_basis = rd.String(j, "expected_speedup_basis", false);
-  const ordered_json* records = rd.Array(j, "records");
-  CG_RETURN_IF_ERROR(rd.status());
-  for (size_t i = 0; i < records->size(); ++i) {
-    const ordered_json& o = (*records)[i];
-    detail::JsonReader er(fmt::format("miss report: records[{}]", i));
-    MissRecord m;
-    CG_ASSIGN_OR_RETURN(m.key, ReadKey(er, o));
-    const std::string kind = er.String(o, "kind");
-    CG_RETURN_IF_ERROR(er.status());
-    auto k = ParseMissKind(kind);
-    if (!k.ok()) return InvalidArgument(fmt::format("{}.kind: {}", er.path(), k.status().message()));
-    m.kind = *k;
-    m.count = er.UInt(o, "count");
-    m.first_seen = er.Number(o, "first_seen");
-    m.last_seen = er.Number(o, "last_seen");
-    m.fallback_us_total = er.Number(o, "fallback_us_total");
-    m.expected_gain_us = er.Number(o, "expected_gain_us", false);
-    m.fallback = er.String(o, "fallback", false);
-    const std::string served_by = er.String(o, "served_by", false);
-    m.served_from = er.String(o, "served_from", false);
-    const ordered_json* per = er.Object(o, "served", false);
-    CG_RETURN_IF_ERROR(er.status());
-    CG_RETURN_IF_ERROR(ReadRange(o, "bucket", er.path(), m.bucket_lo, m.bucket_hi, /*required=*/false));
-    if (!served_by.empty()) {
-      auto s = ParseServedBy(served_by);
-      if (!s.ok()) return InvalidArgument(fmt::format("{}.served_by: {}", er.path(), s.status().message()));
-      m.served_by = *s;
-    }
-    if (per) {
-      uint64_t sum = 0;
-      for (const auto& [name, v] : per->items()) {
-        auto s = ParseServedBy(name);
-        if (!s.ok() || *s == ServedBy::kExact)
-          return InvalidArgument(fmt::format("{}.served: '{}' is not a kind a miss is served by", er.path(), name));
-        detail::JsonReader sr = er.Sub("served." + name);
-        const int i = static_cast<int>(*s);
-        m.served_calls[i] = sr.UInt(v, "calls");
-        m.served_us[i] = sr.Number(v, "us");
-        CG_RETURN_IF_ERROR(sr.status());
-        sum += m.served_calls[i];
+};
+
+// Where a field is, for messages: built only when a message needs it.
+struct Path {
+  std::string_view base;
+  size_t index = SIZE_MAX;  // of an array element
+  std::string_view field, sub;
+  std::string Str() const {
+    std::string out(base);
+    if (index != SIZE_MAX) out += fmt::format("[{}]", index);
+    if (!field.empty()) out += fmt::format(".{}", field);
+    if (!sub.empty()) out += fmt::format(".{}", sub);
+    return out;
+  }
+};
+
+class ReportParser {
+ public:
+  explicit ReportParser(std::string_view text) : p_(text) {}
+
+  StatusOr<MissReport> Parse(size_t text_bytes) {
+    if (p_.Peek() != JsonPull::Kind::kObject)
+      return p_.ok() ? InvalidArgument("miss report: the top level must be an object") : Syntax();
+    MissReport r;
+    r.records.reserve(text_bytes / 400);  // about what a record takes
+    bool have[6] = {};  // schema_version, device, calls, hits, misses, records
+    p_.BeginObject();
+    const Path top{"miss report"};
+    for (std::string_view k; p_.NextMember(k);) {
+      bool ok = true;
+      if (k == "schema_version") {
+        int64_t v = 0;
+        ok = Int(top, "schema_version", v, -1, 1 << 20);
+        if (ok && v != 1)
+          return FailedPrecondition(fmt::format("miss report: schema_version {} is not 1 (the version this build reads)", v));
+        r.schema_version = int(v);
+        have[0] = true;
+      } else if (k == "device") {
+        ok = Device(r);
+        have[1] = true;
+      } else if (k == "host") {
+        ok = Str(top, "host", r.host);
+      } else if (k == "pid") {
+        ok = Int(top, "pid", r.pid, 0, INT64_MAX);
+      } else if (k == "process_start") {
+        ok = Num(top, "process_start", r.process_start);
+      } else if (k == "runtime_version") {
+        ok = Str(top, "runtime_version", r.runtime_version);
+      } else if (k == "generated_at") {
+        ok = Num(top, "generated_at", r.generated_at);
+      } else if (k == "calls") {
+        ok = UInt(top, "calls", r.calls);
+        have[2] = true;
+      } else if (k == "hits") {
+        ok = UInt(top, "hits", r.hits);
+        have[3] = true;
+      } else if (k == "misses") {
+        ok = UInt(top, "misses", r.misses);
+        have[4] = true;
+      } else if (k == "expected_speedup") {
+        ok = Num(top, "expected_speedup", r.expected_speedup);
+      } else if (k == "expected_speedup_basis") {
+        ok = Str(top, "expected_speedup_basis", r.expected_speedup_basis);
+      } else if (k == "sources") {
+        ok = Sources(r);
+      } else if (k == "records") {
+        ok = Records(r);
+        have[5] = true;
+      } else if (k == "buckets") {
+        ok = Buckets(r);
+      } else if (k == "recommended_buckets") {
+        ok = Recommended(r);
+      } else {
+        ok = p_.Skip();
       }
-      if (sum != m.count)
-        return InvalidArgument(fmt::format("{}.served: {} calls in total but count is {}", er.path(), sum, m.count));
-    } else {  // reports written before served kinds (every miss ran a default), or without a split
-      m.served_calls[static_cast<int>(m.served_by)] = m.count;
-      m.served_us[static_cast<int>(m.served_by)] = m.fallback_us_total;
+      if (!ok) return Error();
     }
-    r.records.push_back(std::move(m));
+    if (!p_.End()) return Error();
+    const char* names[6] = {"schema_version", "device", "calls", "hits", "misses", "records"};
+    for (int i = 0; i < 6; ++i)
+      if (!have[i]) return InvalidArgument(fmt::format("miss report: field '{}' is required", names[i]));
+    return r;
   }
+
+ private:
+  Status Syntax() const { return InvalidArgument(fmt::format("miss report: not valid JSON ({})", p_.error())); }
+  Status Error() const { return bad_.ok() ? Syntax() : bad_; }
+  bool Bad(std::string m) {
+    if (bad_.ok()) bad_ = InvalidArgument(std::move(m));
+    return false;
+  }
+  bool Str(const Path& path, std::string_view name, std::string& out) {
+    if (p_.Peek() != JsonPull::Kind::kString)
+      return p_.ok() && Bad(fmt::format("{}.{} must be a string, got {}", path.Str(), name, p_.Preview()));
+    return p_.String(out);
+  }
+  bool Number(const Path& path, std::string_view name, JsonPull::Number& n, const char* rule) {
+    if (p_.Peek() != JsonPull::Kind::kNumber)
+      return p_.ok() && Bad(fmt::format("{}.{} must be {}, got {}", path.Str(), name, rule, p_.Preview()));
+    return p_.ReadNumber(n);
+  }
+  bool UInt(const Path& path, std::string_view name, uint64_t& out) {
+    JsonPull::Number n;
+    if (!Number(path, name, n, "a non-negative integer")) return false;
+    if (!n.integer || n.negative)
+      return Bad(fmt::format("{}.{} must be a non-negative integer, got {}", path.Str(), name, n.d));
+    out = n.u;
+    return true;
+  }
+  bool Int(const Path& path, std::string_view name, int64_t& out, int64_t lo, int64_t hi) {
+    JsonPull::Number n;
+    if (!Number(path, name, n, "an integer")) return false;
+    if (!n.integer) return Bad(fmt::format("{}.{} must be an integer, got {}", path.Str(), name, n.d));
+    const int64_t v = n.negative ? (n.u == uint64_t{1} << 63 ? INT64_MIN : -int64_t(n.u))
+                                 : (n.u > uint64_t(INT64_MAX) ? INT64_MAX : int64_t(n.u));
+    if (v < lo || v > hi) return Bad(fmt::format("{}.{}={} must be in [{}, {}]", path.Str(), name, v, lo, hi));
+    out = v;
+    return true;
+  }
+  bool Int(const Path& path, std::string_view name, int& out, int64_t lo, int64_t hi) {
+    int64_t v = 0;
+    if (!Int(path, name, v, lo, hi)) return false;
+    out = int(v);
+    return true;
+  }
+  // A finite number >= 0.
+  bool Num(const Path& path, std::string_view name, double& out) {
+    JsonPull::Number n;
+    if (!Number(path, name, n, "a number")) return false;
+    if (n.d < 0) return Bad(fmt::format("{}.{}={} must be a finite number >= 0", path.Str(), name, n.d));
+    out = n.d;
+    return true;
+  }
+  // "[lo, hi]" of the varying dimension, 1 <= lo <= hi.
+  bool Range(const Path& path, std::string_view name, int64_t& lo, int64_t& hi) {
+    const std::string rule = fmt::format("{}.{} must be [lo, hi], integers with 1 <= lo <= hi", path.Str(), name);
+    if (p_.Peek() != JsonPull::Kind::kArray) return p_.ok() && Bad(rule);
+    p_.BeginArray();
+    int64_t v[2] = {0, 0};
+    int n = 0;
+    while (p_.NextElement()) {
+      JsonPull::Number x;
+      if (n >= 2 || p_.Peek() != JsonPull::Kind::kNumber) return p_.ok() && Bad(rule);
+      if (!p_.ReadNumber(x)) return false;
+      if (!x.integer || x.negative || x.u > uint64_t(INT64_MAX)) return Bad(rule);
+      v[n++] = int64_t(x.u);
+    }
+    if (!p_.ok()) return false;
+    if (n != 2 || v[0] < 1 || v[0] > v[1]) return Bad(rule);
+    lo = v[0];
+    hi = v[1];
+    return true;
+  }
+  bool Key(const Path& path, OpKey& out) {
+    if (!Str(path, "key", text_)) return false;
+    // Replicas report the same keys: parse each text once per thread.
+    thread_local std::unordered_map<std::string, OpKey, TextHash> cache;
+    if (auto it = cache.find(text_); it != cache.end()) {
+      out = it->second;
+      return true;
+    }
+    auto key = OpKey::Parse(text_);
+    if (!key.ok()) return Bad(fmt::format("{}.key: {}", path.Str(), key.status().message()));
+    if (cache.size() >= 65536) cache.clear();
+    cache.emplace(text_, *key);
+    out = *key;
+    return true;
+  }
+  bool Required(const Path& path, std::initializer_list<std::pair<bool, const char*>> fields) {
+    for (const auto& [have, name] : fields)
+      if (!have) return Bad(fmt::format("{}: field '{}' is required", path.Str(), name));
+    return true;
+  }
+  // Reads the members of an object at `path` with `member(key)`, which reads the value.
+  template <typename Member>
+  bool Members(const Path& path, Member&& member) {
+    if (p_.Peek() != JsonPull::Kind::kObject) return p_.ok() && Bad(fmt::format("{} must be an object", path.Str()));
+    p_.BeginObject();
+    for (std::string_view k; p_.NextMember(k);)
+      if (!member(k)) return false;
+    return p_.ok();
+  }
+  template <typename Element>
+  bool Elements(const Path& path, Element&& element) {
+    if (p_.Peek() != JsonPull::Kind::kArray) return p_.ok() && Bad(fmt::format("{} must be an array", path.Str()));
+    p_.BeginArray();
+    for (size_t i = 0; p_.NextElement(); ++i)
+      if (!element(i)) return false;
+    return p_.ok();
+  }
+
+  bool Device(MissReport& r) {
+    const Path path{"miss report.device"};
+    bool fingerprint = false;
+    return Members(path,
+                   [&](std::string_view k) {
+                     if (k == "fingerprint") return fingerprint = true, Str(path, k, r.device_fingerprint);
+                     if (k == "name") return Str(path, k, r.device_name);
+                     if (k == "threads") return Int(path, k, r.device_threads, 1, 1024);
+                     return p_.Skip();
+                   }) &&
+           Required(path, {{fingerprint, "fingerprint"}});
+  }
+  bool Sources(MissReport& r) {
+    return Elements(Path{"miss report.sources"}, [&](size_t i) {
+      const Path path{"miss report: sources", i};
+      ReportSource x;
+      bool h[6] = {};
+      return Members(path,
+                     [&](std::string_view k) {
+                       if (k == "host") return h[0] = true, Str(path, k, x.host);
+                       if (k == "pid") return h[1] = true, Int(path, k, x.pid, 0, INT64_MAX);
+                       if (k == "process_start") return h[2] = true, Num(path, k, x.process_start);
+                       if (k == "runtime_version") return h[3] = true, Str(path, k, x.runtime_version);
+                       if (k == "generated_at") return h[4] = true, Num(path, k, x.generated_at);
+                       if (k == "calls") return h[5] = true, UInt(path, k, x.calls);
+                       return p_.Skip();
+                     }) &&
+             Required(path, {{h[0], "host"}, {h[1], "pid"}, {h[2], "process_start"}, {h[3], "runtime_version"},
+                             {h[4], "generated_at"}, {h[5], "calls"}}) &&
+             (r.sources.push_back(std::move(x)), true);
+    });
+  }
+  bool Records(MissReport& r) {
+    return Elements(Path{"miss report.records"}, [&](size_t i) {
+      const Path path{"miss report: records", i};
+      MissRecord m;
+      bool h[6] = {}, per = false;
+      std::string kind, served_by;
+      uint64_t sum = 0;
+      const bool ok = Members(path, [&](std::string_view k) {
+        if (k == "key") return h[0] = true, Key(path, m.key);
+        if (k == "kind") return h[1] = true, Str(path, k, kind);
+        if (k == "count") return h[2] = true, UInt(path, k, m.count);
+        if (k == "first_seen") return h[3] = true, Num(path, k, m.first_seen);
+        if (k == "last_seen") return h[4] = true, Num(path, k, m.last_seen);
+        if (k == "fallback_us_total") return h[5] = true, Num(path, k, m.fallback_us_total);
+        if (k == "expected_gain_us") return Num(path, k, m.expected_gain_us);
+        if (k == "fallback") return Str(path, k, m.fallback);
+        if (k == "served_by") return Str(path, k, served_by);
+        if (k == "served_from") return Str(path, k, m.served_from);
+        if (k == "bucket") return Range(path, k, m.bucket_lo, m.bucket_hi);
+        if (k == "served") {
+          per = true;
+          std::fill(std::begin(m.served_calls), std::end(m.served_calls), 0);
+          std::fill(std::begin(m.served_us), std::end(m.served_us), 0.0);
+          sum = 0;
+          return Members(Path{path.base, path.index, "served"}, [&](std::string_view key) {
+            const std::string name(key);
+            auto s = ParseServedBy(name);
+            if (!s.ok() || *s == ServedBy::kExact)
+              return Bad(fmt::format("{}.served: '{}' is not a kind a miss is served by", path.Str(), name));
+            const Path sub{path.base, path.index, "served", name};
+            const int j = static_cast<int>(*s);
+            bool calls = false, us = false;
+            return Members(sub,
+                           [&](std::string_view f) {
+                             if (f == "calls") return calls = true, UInt(sub, f, m.served_calls[j]);
+                             if (f == "us") return us = true, Num(sub, f, m.served_us[j]);
+                             return p_.Skip();
+                           }) &&
+                   Required(sub, {{calls, "calls"}, {us, "us"}}) && (sum += m.served_calls[j], true);
+          });
+        }
+        return p_.Skip();
+      });
+      if (!ok || !Required(path, {{h[0], "key"}, {h[1], "kind"}, {h[2], "count"}, {h[3], "first_seen"},
+                                  {h[4], "last_seen"}, {h[5], "fallback_us_total"}}))
+        return false;
+      auto mk = ParseMissKind(kind);
+      if (!mk.ok()) return Bad(fmt::format("{}.kind: {}", path.Str(), mk.status().message()));
+      m.kind = *mk;
+      if (!served_by.empty()) {
+        auto s = ParseServedBy(served_by);
+        if (!s.ok()) return Bad(fmt::format("{}.served_by: {}", path.Str(), s.status().message()));
+        m.served_by = *s;
+      }
+      if (per && sum != m.count)
+        return Bad(fmt::format("{}.served: {} calls in total but count is {}", path.Str(), sum, m.count));
+      if (!per) {  // reports written before served kinds (every miss ran a default), or without a split
+        m.served_calls[static_cast<int>(m.served_by)] = m.count;
+        m.served_us[static_cast<int>(m.served_by)] = m.fallback_us_total;
+      }
+      r.records.push_back(std::move(m));
+      return true;
+    });
+  }
+  bool Buckets(MissReport& r) {
+    return Elements(Path{"miss report.buckets"}, [&](size_t i) {
+      const Path path{"miss report: buckets", i};
+      BucketTraffic b;
+      bool h[5] = {};
+      return Members(path,
+                     [&](std::string_view k) {
+                       if (k == "key") return h[0] = true, Key(path, b.key);
+                       if (k == "range") return h[1] = true, Range(path, k, b.lo, b.hi);
+                       if (k == "keys") return h[2] = true, UInt(path, k, b.keys);
+                       if (k == "calls") return h[3] = true, UInt(path, k, b.calls);
+                       if (k == "us_total") return h[4] = true, Num(path, k, b.us_total);
+                       return p_.Skip();
+                     }) &&
+             (h[1] || Bad(fmt::format("{}.range is missing: [lo, hi] is required", path.Str()))) &&
+             Required(path, {{h[0], "key"}, {h[2], "keys"}, {h[3], "calls"}, {h[4], "us_total"}}) &&
+             (r.buckets.push_back(b), true);
+    });
+  }
+  bool Recommended(MissReport& r) {
+    return Elements(Path{"miss report.recommended_buckets"}, [&](size_t i) {
+      const Path path{"miss report: recommended_buckets", i};
+      BucketRecommendation b;
+      bool h[6] = {};
+      if (!Members(path, [&](std::string_view k) {
+            if (k == "key") return h[0] = true, Key(path, b.key);
+            if (k == "range") return h[1] = true, Range(path, k, b.lo, b.hi);
+            if (k == "keys") return h[2] = true, UInt(path, k, b.keys);
+            if (k == "calls") return h[3] = true, UInt(path, k, b.calls);
+            if (k == "default_us_total") return h[4] = true, Num(path, k, b.default_us_total);
+            if (k == "expected_gain_us") return h[5] = true, Num(path, k, b.expected_gain_us);
+            return p_.Skip();
+          }))
+        return false;
+      if (!h[1]) return Bad(fmt::format("{}.range is missing: [lo, hi] is required", path.Str()));
+      if (!Required(path, {{h[0], "key"}, {h[2], "keys"}, {h[3], "calls"}, {h[4], "default_us_total"},
+                           {h[5], "expected_gain_us"}}))
+        return false;
+      const int64_t v = b.key.dims[kVaryingDim];
+      if (v < b.lo || v > b.hi)
+        return Bad(fmt::format("{}: the key's {}={} is outside its range [{}, {}]", path.Str(), VaryingDimName(b.key.op), v,
+                               b.lo, b.hi));
+      r.recommended_buckets.push_back(b);
+      return true;
+    });
+  }
+
+  JsonPull p_;
+  Status bad_;
+  std::string text_;
+};
+
+// The report, checked; ranked when `rank` (a merge ranks only its result).
+StatusOr<MissReport> ParseReport(std::string_view text, bool rank) {
+  CG_ASSIGN_OR_RETURN(MissReport r, ReportParser(text).Parse(text.size()));
   r.served[static_cast<int>(ServedBy::kExact)] = r.hits;
   for (const MissRecord& m : r.records)
     for (int i = 0; i < kNumServedBy; ++i) {
       r.served[i] += m.served_calls[i];
       r.served_us[i] += m.served_us[i];
     }
-  if (const ordered_json* buckets = rd.Array(j, "buckets", false)) {
-    for (size_t i = 0; i < buckets->size(); ++i) {
-      const ordered_json& o = (*buckets)[i];
-      detail::JsonReader br(fmt::format("miss report: buckets[{}]", i));
-      BucketTraffic b;
-      CG_ASSIGN_OR_RETURN(b.key, ReadKey(br, o));
-      CG_RETURN_IF_ERROR(ReadRange(o, "range", br.path(), b.lo, b.hi, /*required=*/true));
-      b.keys = br.UInt(o, "keys");
-      b.calls = br.UInt(o, "calls");
-      b.us_total = br.Number(o, "us_total");
-      CG_RETURN_IF_ERROR(br.status());
-      r.buckets.push_back(b);
-    }
-  }
-  if (const ordered_json* rec = rd.Array(j, "recommended_buckets", false)) {
-    for (size_t i = 0; i < rec->size(); ++i) {
-      const ordered_json& o = (*rec)[i];
-      detail::JsonReader br(fmt::format("miss report: recommended_buckets[{}]", i));
-      BucketRecommendation b;
-      CG_ASSIGN_OR_RETURN(b.key, ReadKey(br, o));
-      CG_RETURN_IF_ERROR(ReadRange(o, "range", br.path(), b.lo, b.hi, /*required=*/true));
-      const int64_t v = b.key.dims[kVaryingDim];
-      if (v < b.lo || v > b.hi)
-        return InvalidArgument(fmt::format("{}: the key's {}={} is outside its range [{}, {}]", br.path(),
-                                           VaryingDimName(b.key.op), v, b.lo, b.hi));
-      b.keys = br.UInt(o, "keys");
-      b.calls = br.UInt(o, "calls");
-      b.default_us_total = br.Number(o, "default_us_total");
-      b.expected_gain_us = br.Number(o, "expected_gain_us");
-      CG_RETURN_IF_ERROR(br.status());
-      r.recommended_buckets.push_back(b);
-    }
-  }
-  CG_RETURN_IF_ERROR(rd.status());
   uint64_t sum = 0;
   for (const auto& m : r.records) sum += m.count;
   if (sum != r.misses)
     return InvalidArgument(fmt::format("miss report: records count {} in total but 'misses' is {}", sum, r.misses));
   if (r.hits + r.misses != r.calls)
     return InvalidArgument(fmt::format("miss report: hits {} + misses {} != calls {}", r.hits, r.misses, r.calls));
-  RankMissRecords(r);
+  if (rank) RankMissRecords(r);
   return r;
 }
+
+}  // namespace
+
+StatusOr<MissReport> MissReportFromJson(std::string_view text) { return ParseReport(text, /*rank=*/true); }
 
 StatusOr<std::vector<MissReport>> ReadMissReportFiles(const std::vector<std::string>& paths) {
   std::vector<StatusOr<MissReport>> parsed(paths.size(), InvalidArgument("not read"));
@@ -721,6 +972,56 @@ StatusOr<std::vector<MissReport>> ReadMissReportFiles(const std::vector<std::str
     out.push_back(std::move(*r));
   }
   return out;
+}
+
+StatusOr<MissReport> MergeMissReportFiles(const std::vector<std::string>& paths) {
+  if (paths.empty()) return InvalidArgument("no miss report to merge");
+  const size_t workers = std::min<size_t>(paths.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<MissReportMerger> partial(workers);
+  std::vector<std::string> first(workers);  // each partial's first file, to name it
+  std::vector<Status> failed(workers);
+  std::mutex mu;
+  std::map<SourceId, std::string> source_of;  // every process seen -> its file
+  std::atomic<size_t> next{0};
+  std::atomic<bool> stop{false};
+  auto work = [&](size_t w) {
+    for (size_t i; !stop && (i = next.fetch_add(1)) < paths.size();) {
+      Status st = [&]() -> Status {
+        CG_ASSIGN_OR_RETURN(auto bytes, ReadFileBytes(paths[i], int64_t{1} << 30));
+        auto r = ParseReport(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), false);
+        if (!r.ok()) return Status(r.status().code(), fmt::format("'{}': {}", paths[i], r.status().message()));
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          const std::vector<ReportSource> sources = SourcesOf(*r);
+          for (const ReportSource& x : sources)
+            if (auto it = source_of.find(IdOf(x)); it != source_of.end())
+              return FailedPrecondition(DuplicateSource(it->second, fmt::format("'{}'", paths[i]), x));
+          for (const ReportSource& x : sources) source_of.emplace(IdOf(x), fmt::format("'{}'", paths[i]));
+        }
+        if (first[w].empty()) first[w] = paths[i];
+        return partial[w].Add(*r, paths[i]);
+      }();
+      if (!st.ok()) {
+        failed[w] = st;
+        stop = true;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < workers; ++t) threads.emplace_back(work, t);
+  work(0);
+  for (auto& t : threads) t.join();
+  for (const Status& st : failed)
+    if (!st.ok()) return st;
+  MissReportMerger merger;
+  for (size_t w = 0; w < workers; ++w) {
+    if (partial[w].reports() == 0) continue;
+    CG_ASSIGN_OR_RETURN(MissReport part, partial[w].Finish());
+    CG_RETURN_IF_ERROR(merger.Add(part, partial[w].reports() == 1 ? first[w]
+                                                                  : fmt::format("{} and the {} merged with it", first[w],
+                                                                                partial[w].reports() - 1)));
+  }
+  return merger.Finish();
 }
 
 }  // namespace cliffguard

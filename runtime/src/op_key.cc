@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 namespace cliffguard {
@@ -161,7 +162,7 @@ std::string OpKey::ToString() const {
   const OpKindInfo& info = InfoOf(op);
   fmt::memory_buffer s;
   auto out = std::back_inserter(s);
-  fmt::format_to(out, "{} {} ", info.name, DTypeName(dtype));
+  fmt::format_to(out, FMT_COMPILE("{} {} "), info.name, DTypeName(dtype));
   if (info.transposes) {
     s.push_back(trans_a ? 't' : 'n');
     s.push_back(trans_b ? 't' : 'n');
@@ -169,7 +170,7 @@ std::string OpKey::ToString() const {
     s.append(std::string_view(info.layout));
   }
   const auto& names = DimNames(op);
-  for (int i = 0; i < info.dims; ++i) fmt::format_to(out, " {}={}", names[size_t(i)], dims[i]);
+  for (int i = 0; i < info.dims; ++i) fmt::format_to(out, FMT_COMPILE(" {}={}"), names[size_t(i)], dims[i]);
   if (constant_weights) s.append(std::string_view(" weights=constant"));
   return fmt::to_string(s);
 }

@@ -53,8 +53,9 @@ MissReport Runtime::GetMissReport() const {
   rep.generated_at = r.clock.ToUnixSeconds(TickClock::Now());
   // One snapshot of the misses gives both the records and the totals, so that
   // sum(records[].count) == misses holds while other threads keep missing.
-  const std::vector<MissLog::Snapshot> snap = r.misses.Snap();
-  for (const auto& [k, s] : r.CollectStats(snap)) rep.hits += s.hits;
+  std::vector<MissLog::Snapshot> snap = r.misses.Snap();
+  r.slots.CollectHits([&](const OpKey&, uint64_t n) { rep.hits += n; });
+  rep.records.reserve(snap.size());
   rep.served[static_cast<int>(ServedBy::kExact)] = rep.hits;
   const double tpu = r.clock.TicksPerMicrosecond();
   double speedup[kNumOpKinds];
@@ -68,7 +69,7 @@ MissReport Runtime::GetMissReport() const {
           : "no loaded gemm entry with measured times: gain unknown";
   }
   rep.expected_speedup = speedup[static_cast<int>(OpKind::kGemm)];
-  for (const auto& m : snap) {
+  for (auto& m : snap) {
     MissRecord rec;
     rec.key = m.key;
     rec.kind = m.kind;
@@ -76,7 +77,7 @@ MissReport Runtime::GetMissReport() const {
     rec.first_seen = r.clock.ToUnixSeconds(m.first_tick);
     rec.last_seen = r.clock.ToUnixSeconds(m.last_tick);
     rec.fallback_us_total = double(m.fallback_ticks) / tpu;
-    rec.fallback = m.fallback;
+    rec.fallback = std::move(m.fallback);
     rec.served_by = m.served_by;
     if (ServedByTunedKey(m.served_by)) rec.served_from = m.served_from.ToString();
     rec.bucket_lo = m.bucket_lo;

@@ -319,7 +319,18 @@ TEST(DynamicShapes, ReportRoundTripsServedKindsAndReadsOlderReports) {
   EXPECT_TRUE(o->recommended_buckets.empty());
 
   // The report with the first `from` after `after` replaced by `to` is refused with `message`.
-  const std::string json = MissReportToJson(rep);
+  MissReport split = rep;  // a record served by two kinds, as after a reload: written with its split
+  MissRecord& s0 = split.records[0];
+  const int kind2 = s0.served_by == ServedBy::kBuiltinDefault ? int(ServedBy::kBundleDefault) : int(ServedBy::kBuiltinDefault);
+  s0.served_calls[kind2] += 1;
+  s0.served_us[kind2] += 1.5;
+  s0.count += 1;
+  s0.fallback_us_total += 1.5;
+  ++split.misses;
+  ++split.calls;
+  const std::string json = MissReportToJson(split);
+  ASSERT_NE(json.find("\"served\": {\""), std::string::npos) << json;
+  ASSERT_TRUE(MissReportFromJson(json).ok());
   auto refused_with = [&](const std::string& after, const std::string& from, const std::string& to,
                           const std::string& message) {
     std::string bad = json;

@@ -84,9 +84,9 @@ std::string RenderMissReport(const MissReport& r, size_t max_rows) {
 }
 
 StatusOr<MissReport> ReadMergedMissReport(const std::vector<std::string>& paths) {
+  if (paths.size() != 1) return MergeMissReportFiles(paths);
   CG_ASSIGN_OR_RETURN(std::vector<MissReport> reports, ReadMissReportFiles(paths));
-  if (reports.size() == 1) return std::move(reports[0]);
-  return MergeMissReports(reports, paths);
+  return std::move(reports[0]);
 }
 
 void AddMissesCommand(CLI::App& app) {
@@ -107,13 +107,8 @@ void AddMissesCommand(CLI::App& app) {
   merge->add_option("REPORTS", opts->inputs, "Miss reports (JSON), of one device and schema version")->required();
   merge->add_option("-o,--out", opts->out, "Merged report to write (atomically)")->required();
   merge->callback([opts] {
-    auto merged = ReadMergedMissReport(opts->inputs);
+    auto merged = MergeMissReportFiles(opts->inputs);  // one input too: a merged report, listing its process
     if (!merged.ok()) Fail("misses merge", merged.status().message(), kExitFailure);
-    if (merged->sources.empty()) {  // one input: still a merged report, listing its process
-      auto again = MergeMissReports({*merged}, opts->inputs);
-      ExitIfError(again.status(), "misses merge", kExitFailure);
-      merged = std::move(again);
-    }
     const std::string json = MissReportToJson(*merged) + "\n";
     ExitIfError(WriteFileAtomic(opts->out, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(json.data()),
                                                                     json.size())),

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -153,9 +154,32 @@ std::vector<BucketTraffic> BucketTrafficOf(const std::vector<MissRecord>& record
 StatusOr<MissReport> MergeMissReports(const std::vector<MissReport>& reports,
                                       const std::vector<std::string>& names = {});
 
+// Merges reports one at a time, by MergeMissReports's rules, holding only the sums
+// (for many large reports read one by one). Add refuses, naming `name`, what
+// MergeMissReports refuses; Finish gives the merged report.
+class MissReportMerger {
+ public:
+  MissReportMerger();
+  ~MissReportMerger();
+  MissReportMerger(MissReportMerger&&) noexcept;
+  MissReportMerger& operator=(MissReportMerger&&) noexcept;
+  Status Add(const MissReport& report, const std::string& name = "");
+  StatusOr<MissReport> Finish() const;
+  size_t reports() const;  // added so far
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
 // Reads and parses miss report files, several at once (one thread per CPU); an error
 // names the file.
 StatusOr<std::vector<MissReport>> ReadMissReportFiles(const std::vector<std::string>& paths);
+// Reads and merges miss report files (`cliffguard misses merge`): one thread per CPU
+// parses files and merges them into a share of its own, then the shares are merged;
+// the result is the same as MergeMissReports of the reports in any order. Each report
+// is dropped once merged, so memory holds the merged keys, not every report.
+StatusOr<MissReport> MergeMissReportFiles(const std::vector<std::string>& paths);
 
 // JSON text. Multiline: one top-level field, and one array element (a record, a
 // bucket), per line; else one line.
