@@ -1,7 +1,7 @@
 // Fleet operations: what merging replica miss reports costs (`misses merge`: read,
-// parse, merge, write), what one periodic miss report rewrite costs with 10,000
-// distinct missed keys, and a serving loop over those keys with and without the
-// periodic writer. Run (RESULTS.md):
+// parse, merge, write), what one periodic miss report rewrite and one metrics scrape
+// cost with 10,000 distinct missed keys, and a serving loop over those keys with and
+// without the periodic writer. Run (RESULTS.md):
 //   build/bench/bench_fleet --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
 //       --benchmark_report_aggregates_only=true
 #include <unistd.h>
@@ -193,6 +193,16 @@ void BM_MissReportJson10kKeys(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(MissReportToJson(r));
 }
 BENCHMARK(BM_MissReportJson10kKeys)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// One scrape of the metrics (MetricsText) with 10,000 missed keys, top 10 per-key series.
+void BM_MetricsText10kKeys(benchmark::State& state) {
+  auto s = MakeServing(0, "");
+  if (!s) return state.SkipWithError("runtime");
+  size_t bytes = 0;
+  for (auto _ : state) bytes = s->rt->MetricsText().size();
+  state.counters["bytes"] = double(bytes);
+}
+BENCHMARK(BM_MetricsText10kKeys)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // A serving loop over the 10,000 missed keys (every call a miss, so the miss path
 // that feeds the report), with the report rewritten every second or not at all, on

@@ -125,7 +125,7 @@ std::vector<BucketTraffic> BucketTrafficOf(const std::vector<MissRecord>& record
   std::vector<BucketTraffic> out;
   std::unordered_map<std::string, size_t> at;  // serving key text -> index in out
   for (const MissRecord& m : records) {
-    if (m.served_by != ServedBy::kBucket || m.served_calls[kB] == 0) continue;
+    if (m.served_by != ServedBy::kBucket || m.served_calls[kB] == 0 || m.bucket_hi < 1) continue;
     auto [it, added] = at.try_emplace(m.served_from, out.size());
     if (added) {
       auto key = OpKey::Parse(m.served_from);
@@ -587,8 +587,10 @@ struct TextHash {
 
 // Where a field is, for messages: built only when a message needs it.
 struct Path {
+  explicit Path(std::string_view b, size_t i = SIZE_MAX, std::string_view f = {}, std::string_view s = {})
+      : base(b), index(i), field(f), sub(s) {}
   std::string_view base;
-  size_t index = SIZE_MAX;  // of an array element
+  size_t index;  // of an array element; SIZE_MAX: none
   std::string_view field, sub;
   std::string Str() const {
     std::string out(base);
@@ -814,6 +816,7 @@ class ReportParser {
       std::string kind, served_by;
       uint64_t sum = 0;
       const bool ok = Members(path, [&](std::string_view k) {
+        if (k == "rank") return p_.Skip();  // the writer's, recomputed
         if (k == "key") return h[0] = true, Key(path, m.key);
         if (k == "kind") return h[1] = true, Str(path, k, kind);
         if (k == "count") return h[2] = true, UInt(path, k, m.count);
@@ -860,6 +863,8 @@ class ReportParser {
         if (!s.ok()) return Bad(fmt::format("{}.served_by: {}", path.Str(), s.status().message()));
         m.served_by = *s;
       }
+      if (m.served_by == ServedBy::kBucket && m.bucket_hi == 0)
+        return Bad(fmt::format("{}.bucket is missing: a record served by a bucket names its range", path.Str()));
       if (per && sum != m.count)
         return Bad(fmt::format("{}.served: {} calls in total but count is {}", path.Str(), sum, m.count));
       if (!per) {  // reports written before served kinds (every miss ran a default), or without a split
