@@ -48,22 +48,34 @@ constexpr int kNumMissKinds = 3;
 
 std::string Runtime::MetricsText() const {
   Impl& r = *impl_;
-  const MissReport rep = GetMissReport();
+  // From the counters themselves (no report: no ranking, no key texts but the top N).
+  const std::vector<MissLog::Snapshot> snap = r.misses.Snap();
   uint64_t hits[kNumOpKinds] = {};
-  for (const KeyStats& s : Stats())
-    if (static_cast<uint8_t>(s.key.op) < kNumOpKinds) hits[static_cast<int>(s.key.op)] += s.hits;
+  r.slots.CollectHits([&](const OpKey& k, uint64_t n) {
+    if (static_cast<uint8_t>(k.op) < kNumOpKinds) hits[static_cast<int>(k.op)] += n;
+  });
+  double speedup[kNumOpKinds];
+  {
+    std::lock_guard<std::mutex> lock(r.load_mu);
+    const DispatchTable* t = r.table.load(std::memory_order_acquire);
+    for (uint8_t op = 0; op < kNumOpKinds; ++op) speedup[op] = t->ExpectedSpeedup(static_cast<OpKind>(op));
+  }
+  const double tpu = r.clock.TicksPerMicrosecond();
   uint64_t served[kNumOpKinds][kNumServedBy] = {}, missed[kNumOpKinds][kNumMissKinds] = {}, keys[kNumOpKinds] = {};
   double served_s[kNumOpKinds][kNumServedBy] = {}, gain_s[kNumOpKinds] = {};
-  for (const MissRecord& m : rep.records) {
+  for (const MissLog::Snapshot& m : snap) {
     const int op = static_cast<int>(m.key.op);
     if (op >= kNumOpKinds) continue;
     ++keys[op];
     missed[op][static_cast<int>(m.kind)] += m.count;
-    gain_s[op] += m.expected_gain_us * 1e-6;
+    double default_s = 0;
     for (int i = 0; i < kNumServedBy; ++i) {
+      const double sec = double(m.served_ticks[i]) / tpu * 1e-6;
       served[op][i] += m.served_calls[i];
-      served_s[op][i] += m.served_us[i] * 1e-6;
+      served_s[op][i] += sec;
+      if (i != 0 && !ServedByTunedKey(ServedBy(i))) default_s += sec;
     }
+    gain_s[op] += default_s * (1.0 - 1.0 / speedup[op]);
   }
   size_t bundles = 0, entries = 0, rejected = 0;
   uint64_t loads, rejected_total, reloads;
@@ -133,27 +145,30 @@ std::string Runtime::MetricsText() const {
 
   const size_t top = size_t(std::max(0, r.options.metrics_top_keys));
   if (top > 0) {
-    std::vector<const MissRecord*> by_calls;
-    for (const MissRecord& m : rep.records) by_calls.push_back(&m);
+    std::vector<const MissLog::Snapshot*> by_calls;
+    by_calls.reserve(snap.size());
+    for (const MissLog::Snapshot& m : snap) by_calls.push_back(&m);
     const size_t n = std::min(top, by_calls.size());
     std::partial_sort(by_calls.begin(), by_calls.begin() + n, by_calls.end(),
-                      [](const MissRecord* a, const MissRecord* b) {
-                        return a->count != b->count ? a->count > b->count : a->expected_gain_us > b->expected_gain_us;
+                      [](const MissLog::Snapshot* a, const MissLog::Snapshot* b) {
+                        return a->count != b->count ? a->count > b->count : a->fallback_ticks > b->fallback_ticks;
                       });
     by_calls.resize(n);
+    std::vector<std::string> names;
+    for (const MissLog::Snapshot* m : by_calls) names.push_back(Label(m->key.ToString()));
     x.Family("cliffguard_key_calls_total", "counter",
              "Calls of the missed keys with the most calls (the top N, RuntimeOptions.metrics_top_keys), by what "
              "served them.");
-    for (const MissRecord* m : by_calls)
+    for (size_t k = 0; k < n; ++k)
       for (int i = 1; i < kNumServedBy; ++i)
-        if (m->served_calls[i])
+        if (by_calls[k]->served_calls[i])
           x.Sample("cliffguard_key_calls_total",
-                   fmt::format("key=\"{}\",served_by=\"{}\"", Label(m->key.ToString()), ServedByName(ServedBy(i))),
-                   m->served_calls[i]);
+                   fmt::format("key=\"{}\",served_by=\"{}\"", names[k], ServedByName(ServedBy(i))),
+                   by_calls[k]->served_calls[i]);
     x.Family("cliffguard_key_fallback_seconds_total", "counter", "Time of the same keys' calls.");
-    for (const MissRecord* m : by_calls)
-      x.Sample("cliffguard_key_fallback_seconds_total", fmt::format("key=\"{}\"", Label(m->key.ToString())),
-               m->fallback_us_total * 1e-6);
+    for (size_t k = 0; k < n; ++k)
+      x.Sample("cliffguard_key_fallback_seconds_total", fmt::format("key=\"{}\"", names[k]),
+               double(by_calls[k]->fallback_ticks) / tpu * 1e-6);
   }
   return x.Take();
 }

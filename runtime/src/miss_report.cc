@@ -567,24 +567,6 @@ using detail::JsonPull;
 // Reads a miss report's fields in document order (a fleet merge parses hundreds of
 // megabytes of them). Each error names the field's path, the value and the rule;
 // the first one ends the read.
-// A fast hash of short texts (op keys), 8 bytes at a time.
-struct TextHash {
-  size_t operator()(const std::string& s) const noexcept {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
-    size_t i = 0;
-    for (; i + 8 <= s.size(); i += 8) {
-      uint64_t w;
-      std::memcpy(&w, s.data() + i, 8);
-      h = (h ^ w) * 0xFF51AFD7ED558CCDull;
-      h ^= h >> 32;
-    }
-    uint64_t w = 0;
-    std::memcpy(&w, s.data() + i, s.size() - i);
-    h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
-    return size_t(h ^ (h >> 29));
-  }
-};
-
 // Where a field is, for messages: built only when a message needs it.
 struct Path {
   explicit Path(std::string_view b, size_t i = SIZE_MAX, std::string_view f = {}, std::string_view s = {})
@@ -740,16 +722,8 @@ class ReportParser {
   }
   bool Key(const Path& path, OpKey& out) {
     if (!Str(path, "key", text_)) return false;
-    // Replicas report the same keys: parse each text once per thread.
-    thread_local std::unordered_map<std::string, OpKey, TextHash> cache;
-    if (auto it = cache.find(text_); it != cache.end()) {
-      out = it->second;
-      return true;
-    }
     auto key = OpKey::Parse(text_);
     if (!key.ok()) return Bad(fmt::format("{}.key: {}", path.Str(), key.status().message()));
-    if (cache.size() >= 65536) cache.clear();
-    cache.emplace(text_, *key);
     out = *key;
     return true;
   }

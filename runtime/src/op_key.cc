@@ -176,10 +176,31 @@ std::string OpKey::ToString() const {
 }
 
 StatusOr<OpKey> OpKey::Parse(std::string_view text) {
-  const auto words = SplitWords(text);
+  // The words, without allocating: a key has at most 4 + kMaxDims of them.
+  struct {
+    std::array<std::string_view, 4 + kMaxDims + 1> w;
+    size_t n = 0;
+    size_t size() const { return n; }
+    std::string_view operator[](size_t i) const { return w[i]; }
+    std::string_view back() const { return w[n - 1]; }
+  } words;
+  for (size_t i = 0; i < text.size();) {
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
+    size_t j = i;
+    while (j < text.size() && text[j] != ' ' && text[j] != '\t') ++j;
+    if (j > i) {
+      if (words.n == words.w.size()) {
+        words.n = words.w.size() + 1;  // too many: refused below
+        break;
+      }
+      words.w[words.n++] = text.substr(i, j - i);
+    }
+    i = j;
+  }
   auto bad = [&](const std::string& why) {
     return InvalidArgument(fmt::format("op key '{}': {}", text, why));
   };
+  if (words.size() > words.w.size()) return bad(fmt::format("more than {} words", words.w.size()));
   if (words.size() < 3) return bad("expected '<op> <dtype> <layout> dim=value ...'");
   auto op = ParseOpKind(words[0]);
   if (!op.ok()) return bad(op.status().message());
