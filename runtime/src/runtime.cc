@@ -55,6 +55,19 @@ Status ApplySwitch(const char* name, bool& value) {
   return Status::Ok();
 }
 
+// A duration from the environment, where `value` is unset (0): a number of seconds
+// > 0, else refused naming it; `origin` then names the variable.
+Status ApplySeconds(const char* name, double& value, const char*& origin) {
+  const char* env = value == 0 ? std::getenv(name) : nullptr;
+  if (!env) return Status::Ok();
+  origin = name;
+  const std::string_view v(env);
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), value);
+  if (ec != std::errc() || end != v.data() + v.size() || v.empty() || !(value > 0))
+    return InvalidArgument(fmt::format("{}='{}' must be a number of seconds > 0", name, v));
+  return Status::Ok();
+}
+
 // Runtimes with a periodic writer, so that fork's prepare handler can hold each
 // one's write_mu (no child inherits a writer's half-taken locks).
 std::mutex g_writers_mu;
@@ -188,14 +201,7 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
   CG_RETURN_IF_ERROR(ApplySwitch("CLIFFGUARD_WARN_ON_MISS", o.warn_on_miss));
   CG_RETURN_IF_ERROR(ApplySwitch("CLIFFGUARD_SAME_ARCH", o.allow_same_arch_bundles));
   const char* interval_origin = "RuntimeOptions.miss_report_interval_s";
-  if (o.miss_report_interval_s == 0)
-    if (const char* env = std::getenv("CLIFFGUARD_MISS_REPORT_INTERVAL")) {
-      interval_origin = "CLIFFGUARD_MISS_REPORT_INTERVAL";
-      const std::string_view v(env);
-      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), o.miss_report_interval_s);
-      if (ec != std::errc() || end != v.data() + v.size() || v.empty() || !(o.miss_report_interval_s > 0))
-        return InvalidArgument(fmt::format("CLIFFGUARD_MISS_REPORT_INTERVAL='{}' must be a number of seconds > 0", v));
-    }
+  CG_RETURN_IF_ERROR(ApplySeconds("CLIFFGUARD_MISS_REPORT_INTERVAL", o.miss_report_interval_s, interval_origin));
   if (!std::isfinite(o.miss_report_interval_s) || o.miss_report_interval_s < 0 ||
       (o.miss_report_interval_s > 0 && o.miss_report_interval_s < 0.01) || o.miss_report_interval_s > 86400 * 365)
     return InvalidArgument(fmt::format("{}={} must be 0 (at exit only) or seconds in [0.01, 31536000]", interval_origin,
@@ -207,14 +213,7 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
   if (o.metrics_path.empty())
     if (const char* env = std::getenv("CLIFFGUARD_METRICS_FILE")) o.metrics_path = env;
   const char* metrics_origin = "RuntimeOptions.metrics_interval_s";
-  if (o.metrics_interval_s == 0)
-    if (const char* env = std::getenv("CLIFFGUARD_METRICS_INTERVAL")) {
-      metrics_origin = "CLIFFGUARD_METRICS_INTERVAL";
-      const std::string_view v(env);
-      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), o.metrics_interval_s);
-      if (ec != std::errc() || end != v.data() + v.size() || v.empty() || !(o.metrics_interval_s > 0))
-        return InvalidArgument(fmt::format("CLIFFGUARD_METRICS_INTERVAL='{}' must be a number of seconds > 0", v));
-    }
+  CG_RETURN_IF_ERROR(ApplySeconds("CLIFFGUARD_METRICS_INTERVAL", o.metrics_interval_s, metrics_origin));
   if (o.metrics_interval_s == 0) o.metrics_interval_s = 15;
   if (!std::isfinite(o.metrics_interval_s) || o.metrics_interval_s < 0.01 || o.metrics_interval_s > 86400 * 365)
     return InvalidArgument(fmt::format("{}={} must be seconds in [0.01, 31536000] (0: 15)", metrics_origin,

@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "cli_run.h"
+
 #include "cliffguard/bundle.h"
 #include "cliffguard/device.h"
 #include "cliffguard/kernel.h"
@@ -23,23 +25,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-CliResult RunCli(const std::string& args) {
-  CliResult r;
-  const std::string cmd = fmt::format("'{}' {} < /dev/null 2>&1", CG_CLI_PATH, args);
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int st = ::pclose(p);
-  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
+using CliResult = testing::ShellResult;
+using testing::RunCli;
 
 bool Has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 

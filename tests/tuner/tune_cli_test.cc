@@ -16,6 +16,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "cli_run.h"
+
 #include "cliffguard/bundle.h"
 #include "cliffguard/device.h"
 #include "cliffguard/miss_report.h"
@@ -31,23 +33,9 @@ std::string TempPath(const std::string& name) {
   return p;
 }
 
-struct CliResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-CliResult RunCli(const std::string& args) {
-  CliResult r;
-  const std::string cmd = fmt::format("'{}' {} 2>&1", CG_CLI_PATH, args);
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int st = ::pclose(p);
-  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
+using CliResult = testing::ShellResult;
+using testing::RunCli;
+using testing::RunShell;
 
 int CountLines(const std::string& path) {
   std::ifstream in(path);
@@ -391,27 +379,18 @@ TEST(TuneCliTest, ShardsTuneEveryKeyExactlyOnceAndMergeToASingleRunsKeys) {
   const std::string env = fmt::format("CLIFFGUARD='{}' CG_WORKLOAD='{}' CG_OUT_DIR='{}' CG_TUNE_ARGS='--trials 2 "
                                       "--strategy random --no-confirm --no-bundle-default {}'",
                                       CG_CLI_PATH, workload, dir, kFast);
-  auto run_sh = [](const std::string& cmd) {
-    CliResult r;
-    FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-    char buf[4096];
-    for (size_t k; p && (k = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, k);
-    const int st = p ? ::pclose(p) : -1;
-    r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return r;
-  };
   const std::string merge = fmt::format("{} CG_SHARDS=3 sh '{}/deploy/merge-shards.sh'", env, root);
   for (int i = 0; i < 2; ++i) {
-    r = run_sh(fmt::format("{} SLURM_ARRAY_TASK_ID={} SLURM_ARRAY_TASK_COUNT=3 SLURM_SUBMIT_DIR='{}' bash '{}/deploy/slurm/tune.sbatch'",
+    r = RunShell(fmt::format("{} SLURM_ARRAY_TASK_ID={} SLURM_ARRAY_TASK_COUNT=3 SLURM_SUBMIT_DIR='{}' bash '{}/deploy/slurm/tune.sbatch'",
                            env, i, root, root));
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
-  r = run_sh(merge);  // shard 2 has not run: refused, naming it
+  r = RunShell(merge);  // shard 2 has not run: refused, naming it
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("shards not finished: 2 (of 3)"), std::string::npos) << r.output;
-  r = run_sh(fmt::format("{} JOB_COMPLETION_INDEX=2 CG_SHARDS=3 sh '{}/deploy/tune-shard.sh'", env, root));
+  r = RunShell(fmt::format("{} JOB_COMPLETION_INDEX=2 CG_SHARDS=3 sh '{}/deploy/tune-shard.sh'", env, root));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = run_sh(merge);
+  r = RunShell(merge);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(keys_of(dir + "/tuned.cgb"), want);
   std::filesystem::remove_all(dir);
