@@ -246,10 +246,10 @@ TEST(FleetTest, AForkedChildRewritesItsOwnReportPeriodically) {
   ASSERT_TRUE((*rt)->Gemm(p.args).ok());
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
-  if (pid == 0) {  // serves, then dies without running a destructor
+  if (pid == 0) {  // serves, waits for its writer's report, then dies without running a destructor
     for (int i = 0; i < 5; ++i) (void)(*rt)->Gemm(p.args);
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
-    _exit(0);
+    const std::string mine = fmt::format("{}.{}.json", report.path.substr(0, report.path.size() - 5), ::getpid());
+    _exit(AwaitReport(mine, 5).ok() ? 0 : 1);
   }
   int st = 0;
   ASSERT_EQ(::waitpid(pid, &st, 0), pid);
