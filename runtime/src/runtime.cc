@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <new>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -178,6 +179,10 @@ void Runtime::Impl::ResetAfterFork() {
   }
   misses.ResetCounts();
   if (writer_running) {  // the parent's writer does not exist here: start the child's own
+    // Its mutex and condition variable may hold the parent writer's state (a lock
+    // taken, a waiter): fresh ones, never used by a thread of this process.
+    new (&writer_mu) std::mutex();
+    new (&writer_cv) std::condition_variable();
     writer_running = false;
     StartWriter();
   }
