@@ -26,20 +26,7 @@
 #include "cliffguard/bundle.h"
 #include "cliffguard/runtime.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define CG_STRESS_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define CG_STRESS_TSAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define CG_STRESS_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define CG_STRESS_ASAN 1
-#endif
-#endif
+#include "sanitizers.h"
 
 namespace cliffguard {
 namespace {
@@ -49,9 +36,9 @@ namespace fs = std::filesystem;
 double Scale() {
   double s = 1.0;
   if (const char* env = std::getenv("CG_STRESS_SCALE")) s = std::max(0.01, std::atof(env));
-#if defined(CG_STRESS_TSAN)
+#if defined(CG_TEST_TSAN)
   s *= 0.2;
-#elif defined(CG_STRESS_ASAN)
+#elif defined(CG_TEST_ASAN)
   s *= 0.4;
 #endif
   return s;

@@ -14,6 +14,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "sanitizers.h"
+
 namespace cliffguard::tuner::testing {
 namespace {
 
@@ -117,7 +119,7 @@ TEST(MeasurerTest, GoodWrongCrashHangBecomeRecordsAndMeasuringGoesOn) {
   EXPECT_FALSE((*res)[1].ok);
   EXPECT_NE((*res)[1].error.find("wrong result: max rel error"), std::string::npos) << (*res)[1].error;
   EXPECT_FALSE((*res)[2].ok);
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(CG_TEST_ASAN)
   // AddressSanitizer catches the signal, reports and exits the worker with status 1.
   EXPECT_EQ((*res)[2].error.rfind("crashed", 0), 0u) << (*res)[2].error;
 #else
