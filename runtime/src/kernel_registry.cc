@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "cliffguard/kernel.h"
+#include "kernels/cpu/conv2d_kernels.h"
 #include "kernels/cpu/cpu_kernels.h"
 #ifdef CLIFFGUARD_WITH_CUDA
 #include "kernels/cuda/cuda_kernels.h"
@@ -28,6 +29,7 @@ std::span<const KernelVariant> AllKernelVariants() {
     for (const auto& k : cuda::CudaKernelVariants()) v->push_back(k);
 #endif
     for (const auto& k : cpu::CpuKernelVariants()) v->push_back(k);
+    for (const auto& k : cpu::CpuConv2dVariants()) v->push_back(k);
     return v;
   }();
   return *all;

@@ -153,6 +153,17 @@ Status OpKey::Validate() const {
     if (dims[1] + 2 * dims[9] < dims[5] || dims[2] + 2 * dims[10] < dims[6])
       return InvalidArgument(fmt::format("conv2d: kernel {}x{} is larger than the padded input {}x{}", dims[5],
                                          dims[6], dims[1] + 2 * dims[9], dims[2] + 2 * dims[10]));
+    // Each tensor (x, y, the filter, an im2col matrix) must be addressable with
+    // int64 element offsets.
+    const Conv2dOutput out = Conv2dOutputDims(*this);
+    const double lim = double(std::numeric_limits<int64_t>::max() / 8);
+    const double x = double(dims[0]) * double(dims[1]) * double(dims[2]) * double(dims[3]);
+    const double y = double(dims[0]) * double(out.oh) * double(out.ow) * double(dims[4]);
+    const double w = double(dims[4]) * double(dims[5]) * double(dims[6]) * double(dims[3]);
+    const double cols = double(dims[0]) * double(out.oh) * double(out.ow) * double(dims[5]) * double(dims[6]) *
+                        double(dims[3]);
+    if (x > lim || y > lim || w > lim || cols > lim)
+      return InvalidArgument(fmt::format("conv2d: {}: a tensor's element count overflows int64", ToString()));
   }
   return Status::Ok();
 }

@@ -95,6 +95,46 @@ inline GemmArgs DenseGemmArgs(const OpKey& key, const void* a, const void* b, vo
   return g;
 }
 
+// Filter layouts a conv2d call accepts. OHWI: W[o][ry][rx][c] (oc rows of kh*kw*ic,
+// the layout of NHWC frameworks); OIHW: W[o][c][ry][rx] (PyTorch's Conv2d.weight).
+enum class ConvWeightLayout : uint8_t { kOhwi = 0, kOihw = 1 };
+const char* ConvWeightLayoutName(ConvWeightLayout l);  // "ohwi", "oihw"
+
+// One conv2d call, NHWC activations, dense tensors:
+//   y[b][oy][ox][o] = bias[o] + sum over ry < kh, rx < kw, c < ic of
+//                     x[b][oy*sh - ph + ry][ox*sw - pw + rx][c] * W[o][ry][rx][c]
+// where input positions outside h x w read as zero (padding ph rows above and
+// below, pw columns left and right). oh = (h + 2 ph - kh) / sh + 1, ow likewise
+// (Conv2dOutputDims). x holds n*h*w*ic floats, y n*oh*ow*oc (overwritten, never
+// read), W oc*kh*kw*ic in weight_layout; bias (oc floats) may be null (zero).
+// Dilation and groups other than 1 are refused (kUnimplemented).
+struct Conv2dArgs {
+  DType dtype = DType::kF32;
+  int64_t n = 0, h = 0, w = 0, ic = 0, oc = 0, kh = 0, kw = 0;
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1, groups = 1;
+  ConvWeightLayout weight_layout = ConvWeightLayout::kOhwi;
+  const void* x = nullptr;
+  const void* weights = nullptr;
+  const void* bias = nullptr;
+  void* y = nullptr;
+  // The filter packed ahead of the call by the running variant's pack_weights, for
+  // this key and these parameters (a plan). When set, weights and weight_layout are
+  // not read. Only for a variant with pack_weights.
+  const void* packed_weights = nullptr;
+};
+
+// Checks what a conv2d key needs (dims, kernel within the padded input, sizes that
+// fit int64), dilation and groups, and non-null x, weights and y. Names the value
+// and rule.
+Status ValidateConv2dArgs(const Conv2dArgs& args);
+inline OpKey Conv2dKeyOf(const Conv2dArgs& a) {
+  return OpKey::Conv2d(a.n, a.h, a.w, a.ic, a.oc, a.kh, a.kw, a.stride_h, a.stride_w, a.pad_h, a.pad_w, a.dtype);
+}
+// Arguments for a conv2d key on dense tensors (weights in `layout`).
+Conv2dArgs DenseConv2dArgs(const OpKey& key, const void* x, const void* weights, const void* bias, void* y,
+                           ConvWeightLayout layout = ConvWeightLayout::kOhwi);
+
 struct KernelVariant;
 
 // ---- Op families: typed entry points and fixed parameters ----
@@ -112,11 +152,22 @@ struct GemmConfig {
   int mr = 1, nr = 1;
 };
 
+// Runs one conv2d with the given parameter values (ValidateConv2dArgs, CheckSchedule
+// done). Scratch memory is the calling thread's (grown on first use, then reused).
+using Conv2dFn = Status (*)(const KernelVariant& self, const Conv2dArgs& args, const ParamValues& params);
+// Fixed parameters of a conv2d kernel: its register tile over output channels and
+// output columns (1 x 1 for variants without one).
+struct Conv2dConfig {
+  int oc_tile = 1, ow_tile = 1;
+};
+
 union KernelFn {
-  GemmFn gemm;  // op == kGemm
+  GemmFn gemm;      // op == kGemm
+  Conv2dFn conv2d;  // op == kConv2d
 };
 union KernelConfig {
-  GemmConfig gemm;  // op == kGemm
+  GemmConfig gemm;      // op == kGemm
+  Conv2dConfig conv2d;  // op == kConv2d
 };
 
 // Proposes parameter values for one key (a library that picks algorithms per shape,
@@ -131,7 +182,8 @@ using WorkspaceFn = size_t (*)(const KernelVariant& self, const OpKey& key, cons
 // variant reads under these parameters (GemmArgs::packed_b). Bytes of that layout:
 using PackedWeightsBytesFn = size_t (*)(const KernelVariant& self, const OpKey& key, const ParamValues& params);
 // Packs the weights as the key stores them (gemm: op(B), n x k rows when trans_b,
-// else k x n, leading dimension `ld`) into `dst`: PackedWeightsBytes bytes, 64-byte
+// else k x n, leading dimension `ld`; conv2d: the filter in OHWI, dense, ld =
+// kh*kw*ic: a plan converts other layouts to OHWI first) into `dst`: PackedWeightsBytes bytes, 64-byte
 // aligned, owned by the caller and kept alive and unchanged while calls read it.
 using PackWeightsFn = Status (*)(const KernelVariant& self, const OpKey& key, const ParamValues& params,
                                  const void* weights, int64_t ld, void* dst);
@@ -227,5 +279,8 @@ StatusOr<Schedule> DefaultSchedule(const OpKey& key, const DeviceInfo& device);
 
 // Runs a schedule (the caller has checked it with CheckSchedule for args' key).
 inline Status RunGemm(const Schedule& s, const GemmArgs& args) { return s.variant->fn.gemm(*s.variant, args, s.params); }
+inline Status RunConv2d(const Schedule& s, const Conv2dArgs& args) {
+  return s.variant->fn.conv2d(*s.variant, args, s.params);
+}
 
 }  // namespace cliffguard

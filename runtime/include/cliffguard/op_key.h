@@ -149,6 +149,15 @@ StatusOr<ShapeClass> ParseShapeClass(std::string_view s);
 // The class of a valid key: kSkinny, kSmall or kLarge (never kUnspecified).
 ShapeClass ShapeClassOf(const OpKey& key);
 
+// A valid conv2d key's output height and width: (h + 2 ph - kh) / sh + 1, likewise.
+struct Conv2dOutput {
+  int64_t oh, ow;
+};
+inline Conv2dOutput Conv2dOutputDims(const OpKey& key) {
+  return {(key.dims[1] + 2 * key.dims[9] - key.dims[5]) / key.dims[7] + 1,
+          (key.dims[2] + 2 * key.dims[10] - key.dims[6]) / key.dims[8] + 1};
+}
+
 // Dynamic shapes: one dimension of a key varies from call to call in serving (the
 // token count), the rest are fixed by the model. The varying dimension is dims[0]
 // for every op: m for gemm, the batch n for conv2d. A key's family is the key with

@@ -5,6 +5,7 @@
 # its row.
 set(CG_CPU_KERNEL_SRCS
   ${CMAKE_CURRENT_LIST_DIR}/cpu_kernels.cc
+  ${CMAKE_CURRENT_LIST_DIR}/conv2d_kernels.cc
   ${CMAKE_CURRENT_LIST_DIR}/gemm_driver.cc
   ${CMAKE_CURRENT_LIST_DIR}/gemv_driver.cc
   ${CMAKE_CURRENT_LIST_DIR}/thread_pool.cc)
