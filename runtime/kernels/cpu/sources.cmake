@@ -37,6 +37,7 @@ endforeach()
 # flags of their own, the libraries dispatch inside.
 if(CLIFFGUARD_WITH_ONEDNN)
   list(APPEND CG_CPU_KERNEL_SRCS ${CMAKE_CURRENT_LIST_DIR}/gemm_onednn.cc)
+  list(APPEND CG_CPU_KERNEL_SRCS ${CMAKE_CURRENT_LIST_DIR}/conv2d_onednn.cc)
 endif()
 if(CLIFFGUARD_WITH_OPENBLAS)
   list(APPEND CG_CPU_KERNEL_SRCS ${CMAKE_CURRENT_LIST_DIR}/gemm_openblas.cc)
