@@ -82,6 +82,31 @@ Status Runtime::Impl::FillMissLine(ThreadSlot::MissCacheLine& line, const OpKey&
   return Status::Ok();
 }
 
+Status Runtime::Impl::ResolvePlan(const char* caller, std::span<const OpKey> keys, bool& hit, Schedule& schedule,
+                                  MissEntry*& miss, ServedBy& served_by, OpKey& counted) {
+  std::lock_guard<std::mutex> lock(load_mu);
+  const DispatchTable* t = table.load(std::memory_order_acquire);
+  for (const OpKey& k : keys) {
+    const TableEntry* e = t->Find(k, k.Hash());
+    if (e && !e->rejected) {
+      hit = true;
+      schedule = e->schedule;
+      counted = k;
+      return Status::Ok();
+    }
+  }
+  const OpKey& key = keys[0];
+  std::string why;
+  MissEntry current;
+  miss = FindMiss(key, key.Hash(), t, t->Find(key, key.Hash()), current, why);
+  if (!miss)
+    return Unimplemented(fmt::format("{}: no kernel runs '{}' on {}: {}", caller, key.ToString(), device.fingerprint, why));
+  schedule = current.fallback;
+  served_by = current.served_by;
+  counted = key;
+  return Status::Ok();
+}
+
 StatusOr<Runtime::Resolution> Runtime::Resolve(const OpKey& key) const {
   CG_RETURN_IF_ERROR(key.Validate());
   Impl& r = *impl_;

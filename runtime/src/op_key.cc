@@ -103,14 +103,8 @@ StatusOr<ShapeClass> ParseShapeClass(std::string_view s) {
 }
 
 ShapeClass ShapeClassOf(const OpKey& key) {
-  double m = double(key.dims[0]), n = double(key.dims[1]), k = double(key.dims[2]);
-  if (key.op == OpKind::kConv2d) {
-    const int64_t oh = (key.dims[1] + 2 * key.dims[9] - key.dims[5]) / std::max<int64_t>(1, key.dims[7]) + 1;
-    const int64_t ow = (key.dims[2] + 2 * key.dims[10] - key.dims[6]) / std::max<int64_t>(1, key.dims[8]) + 1;
-    m = double(key.dims[0]) * double(oh) * double(ow);
-    n = double(key.dims[4]);
-    k = double(key.dims[3]) * double(key.dims[5]) * double(key.dims[6]);
-  }
+  const GemmView g = GemmViewOf(key);
+  const double m = double(g.m), n = double(g.n), k = double(g.k);
   if (std::min(m, n) <= 16) return ShapeClass::kSkinny;
   if (m * n * k <= double(int64_t{1} << 21)) return ShapeClass::kSmall;
   return ShapeClass::kLarge;
@@ -277,16 +271,29 @@ StatusOr<OpKey> ParseShape(std::string_view text) {
     if (comma == std::string_view::npos) break;
     start = comma + 1;
   }
+  auto number = [&](std::string_view part, const char* name, int64_t& out) -> Status {
+    auto [p, ec] = std::from_chars(part.data(), part.data() + part.size(), out);
+    if (part.empty() || ec != std::errc() || p != part.data() + part.size())
+      return InvalidArgument(fmt::format("shape '{}': {}='{}' is not an integer", text, name, part));
+    return Status::Ok();
+  };
+  if (parts.size() == 7 || parts.size() == 8) {  // conv2d: N,H,W,IC,OC,K,S[,P]
+    static constexpr const char* kConvNames[8] = {"N", "H", "W", "IC", "OC", "K", "S", "P"};
+    int64_t c[8];
+    for (size_t i = 0; i < parts.size(); ++i) CG_RETURN_IF_ERROR(number(parts[i], kConvNames[i], c[i]));
+    if (parts.size() == 7) c[7] = c[5] >= 1 ? (c[5] - 1) / 2 : 0;  // SAME padding of an odd kernel
+    const OpKey key = OpKey::Conv2d(c[0], c[1], c[2], c[3], c[4], c[5], c[5], c[6], c[6], c[7], c[7]);
+    if (Status st = key.Validate(); !st.ok()) return InvalidArgument(fmt::format("shape '{}': {}", text, st.message()));
+    return key;
+  }
   if (parts.size() != 3 && parts.size() != 4)
     return InvalidArgument(fmt::format(
-        "shape '{}' must be M,N,K or M,N,K,LAYOUT (LAYOUT: nn, nt, tn, tt) or a canonical key", text));
+        "shape '{}' must be M,N,K or M,N,K,LAYOUT (gemm; LAYOUT: nn, nt, tn, tt), N,H,W,IC,OC,K,S[,P] (conv2d: square "
+        "kernel K, stride S, padding P, default (K-1)/2) or a canonical key",
+        text));
   int64_t d[3];
   static constexpr const char* kNames[3] = {"M", "N", "K"};
-  for (int i = 0; i < 3; ++i) {
-    auto [p, ec] = std::from_chars(parts[i].data(), parts[i].data() + parts[i].size(), d[i]);
-    if (parts[i].empty() || ec != std::errc() || p != parts[i].data() + parts[i].size())
-      return InvalidArgument(fmt::format("shape '{}': {}='{}' is not an integer", text, kNames[i], parts[i]));
-  }
+  for (int i = 0; i < 3; ++i) CG_RETURN_IF_ERROR(number(parts[i], kNames[i], d[i]));
   bool ta = false, tb = false;
   if (parts.size() == 4) {
     const std::string_view l = parts[3];

@@ -19,6 +19,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "cliffguard/runtime.h"
@@ -97,6 +98,12 @@ struct Runtime::Impl {
   Status FillMissLine(ThreadSlot::MissCacheLine& line, const OpKey& key, uint64_t hash, const DispatchTable* t,
                       const TableEntry* found, const ArgBounds& bounds);
 
+  // Resolves a plan's schedule under the current table: a usable entry of one of
+  // `keys` (in order) is a hit (`counted`: that key); else the miss record of keys[0]
+  // and its fallback. `caller` names the plan function in errors.
+  Status ResolvePlan(const char* caller, std::span<const OpKey> keys, bool& hit, Schedule& schedule,
+                     MissEntry*& miss, ServedBy& served_by, OpKey& counted);
+
   // reports.cc
   // Per-key hits and misses; the misses from `snap`, so that a report's totals and
   // records come from one snapshot.
@@ -105,5 +112,24 @@ struct Runtime::Impl {
   // runtime.cc
   void ResetAfterFork();
 };
+
+// Runs a missed call on its thread's miss cache line (filled for the call's key) and
+// records it: every call counted, the time of the schedule that served it taken on
+// every call, or on one in MissEntry::kTimeSampling for kinds served by a tuned key
+// (bucket, nearest), whose sampled time is scaled to the calls it stands for.
+// `run(schedule)` runs the call.
+template <typename RunFn>
+inline Status RunMissed(ThreadSlot* s, ThreadSlot::MissCacheLine& line, RunFn&& run) {
+  if (ServedByTunedKey(line.served_by) && ++line.untimed < MissEntry::kTimeSampling) {
+    line.entry->Count(s->stripe, line.served_by);
+    return run(line.fallback);
+  }
+  const uint64_t t0 = TickClock::Now();
+  Status st = run(line.fallback);
+  const uint64_t t1 = TickClock::Now();
+  const uint64_t calls = ServedByTunedKey(line.served_by) ? std::exchange(line.untimed, 0) : 1;
+  line.entry->Record(s->stripe, line.served_by, 1, (t1 - t0) * calls, t0, t1);
+  return st;
+}
 
 }  // namespace cliffguard

@@ -13,6 +13,85 @@
 
 namespace cliffguard::cli {
 
+namespace {
+
+// One key served `iters` times: the median time of a call and what served it.
+struct Served {
+  Runtime::Resolution res;
+  double median_us = 0;
+  size_t weights_bytes = 0;  // of the key's plan, when it holds weights
+};
+
+template <typename Call>
+StatusOr<double> MedianMicros(int iters, Call&& call) {
+  std::vector<double> us;
+  us.reserve(size_t(iters));
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = call();
+    const auto t1 = std::chrono::steady_clock::now();
+    CG_RETURN_IF_ERROR(st);
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
+  return us[us.size() / 2];
+}
+
+std::vector<float> Random(size_t count, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> v(count);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// A plan's resolution (what its calls run), in Resolve's terms.
+template <typename Plan>
+StatusOr<Runtime::Resolution> PlanResolution(const Runtime& r, const Plan& plan) {
+  CG_ASSIGN_OR_RETURN(Runtime::Resolution res, r.Resolve(plan.key()));
+  res.hit = plan.hit();
+  res.schedule = plan.schedule();
+  res.served_by = plan.served_by();
+  return res;
+}
+
+StatusOr<Served> ServeGemm(Runtime& r, const OpKey& key, bool packed, bool use_plan, int iters, std::mt19937& rng) {
+  std::vector<float> A = Random(size_t(key.m() * key.k()), rng), B = Random(size_t(key.k() * key.n()), rng);
+  std::vector<float> C(size_t(key.m() * key.n()));
+  const GemmArgs a = DenseGemmArgs(key, A.data(), B.data(), C.data());
+  Served out;
+  if (!use_plan && !packed) {
+    CG_ASSIGN_OR_RETURN(out.res, r.Resolve(key));
+    CG_ASSIGN_OR_RETURN(out.median_us, MedianMicros(iters, [&] { return r.Gemm(a); }));
+    return out;
+  }
+  auto plan = packed ? r.PlanGemm(key, B.data(), a.ldb) : r.PlanGemm(key);
+  CG_RETURN_IF_ERROR(plan.status());
+  out.weights_bytes = plan->weights_bytes();
+  CG_ASSIGN_OR_RETURN(out.res, PlanResolution(r, *plan));
+  CG_ASSIGN_OR_RETURN(out.median_us, MedianMicros(iters, [&] {
+                        return packed ? plan->Run(A.data(), a.lda, C.data(), a.ldc)
+                                      : plan->Run(A.data(), a.lda, B.data(), a.ldb, C.data(), a.ldc);
+                      }));
+  return out;
+}
+
+// conv2d is served as in a model: a plan per layer holding its packed filter and bias.
+StatusOr<Served> ServeConv2d(Runtime& r, const OpKey& key, int iters, std::mt19937& rng) {
+  const Conv2dOutput o = Conv2dOutputDims(key);
+  const int64_t n = key.dims[0], ic = key.dims[3], oc = key.dims[4];
+  std::vector<float> x = Random(size_t(n * key.dims[1] * key.dims[2] * ic), rng);
+  std::vector<float> w = Random(size_t(oc * key.dims[5] * key.dims[6] * ic), rng), bias = Random(size_t(oc), rng);
+  std::vector<float> y(size_t(n * o.oh * o.ow * oc));
+  CG_ASSIGN_OR_RETURN(Conv2dPlan plan, r.PlanConv2d(key, w.data(), ConvWeightLayout::kOhwi, bias.data()));
+  Served out;
+  out.weights_bytes = plan.weights_bytes();
+  CG_ASSIGN_OR_RETURN(out.res, PlanResolution(r, plan));
+  CG_ASSIGN_OR_RETURN(out.median_us, MedianMicros(iters, [&] { return plan.Run(x.data(), y.data()); }));
+  return out;
+}
+
+}  // namespace
+
 void AddRunCommand(CLI::App& app) {
   struct Opts {
     std::vector<std::string> bundles;
@@ -28,8 +107,12 @@ void AddRunCommand(CLI::App& app) {
   auto opts = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("run", "Serve calls through the runtime and report hits, misses and speed");
   cmd->add_option("--bundle", opts->bundles, "Bundle to load (repeatable)");
-  cmd->add_option("--op", opts->op, "Operator")->check(CLI::IsMember({"gemm"}))->capture_default_str();
-  cmd->add_option("--shape", opts->shapes, "M,N,K[,LAYOUT] (LAYOUT nn|nt|tn|tt) or a canonical key; repeatable")->required();
+  cmd->add_option("--op", opts->op, "Operator of the shapes")->check(CLI::IsMember({"gemm", "conv2d"}))->capture_default_str();
+  cmd->add_option("--shape", opts->shapes,
+                  "gemm: M,N,K[,LAYOUT] (LAYOUT nn|nt|tn|tt); conv2d: N,H,W,IC,OC,K,S[,P] (NHWC, K x K kernel, "
+                  "stride S, padding P, default (K-1)/2; served through a plan holding its filter); or a canonical "
+                  "key; repeatable")
+      ->required();
   cmd->add_option("--iters", opts->iters, "Calls per shape")->check(CLI::Range(1, 100000000))->capture_default_str();
   cmd->add_option("--threads", opts->threads, "Thread budget (0: CLIFFGUARD_THREADS or all)")
       ->check(CLI::Range(0, kMaxThreadBudget))
@@ -76,52 +159,25 @@ void AddRunCommand(CLI::App& app) {
     Table t({"key", "dispatch", "time/call", "GFLOP/s", "schedule"});
     size_t weights_bytes = 0, packed_plans = 0;
     std::mt19937 rng(42);
-    std::uniform_real_distribution<float> dist(-1.f, 1.f);
     for (OpKey key : keys) {
-      const bool packed = opts->packed || key.constant_weights;
+      if (OpKindName(key.op) != opts->op)
+        Fail("run", fmt::format("--shape '{}' is a {} key, not {} (--op)", key.ToString(), OpKindName(key.op), opts->op));
+      const bool packed = opts->packed || key.constant_weights || key.op == OpKind::kConv2d;
       key.constant_weights = packed;
       OpKey per_call = key;
       per_call.constant_weights = false;
-      const int64_t m = key.m(), n = key.n(), k = key.k();
-      std::vector<float> A(size_t(m * k)), B(size_t(k * n)), C(size_t(m * n));
-      for (auto& x : A) x = dist(rng);
-      for (auto& x : B) x = dist(rng);
-      const GemmArgs a = DenseGemmArgs(per_call, A.data(), B.data(), C.data());
-      GemmPlan plan;
-      if (opts->plan || packed) {
-        auto p = packed ? r.PlanGemm(per_call, B.data(), a.ldb) : r.PlanGemm(per_call);
-        ExitIfError(p.status(), "run", kExitFailure);
-        plan = std::move(p).value();
-        weights_bytes += plan.weights_bytes();
-        packed_plans += packed;
-      }
-      // What the calls below use: the plan's resolution, else the per-call one.
-      auto res = r.Resolve(packed ? plan.key() : per_call);
-      ExitIfError(res.status(), "run", kExitFailure);
-      if (packed) {
-        res->hit = plan.hit();
-        res->schedule = plan.schedule();
-        res->served_by = plan.served_by();
-      }
-      std::vector<double> us;
-      us.reserve(size_t(opts->iters));
-      for (int i = 0; i < opts->iters; ++i) {
-        const auto t0 = std::chrono::steady_clock::now();
-        Status st = packed      ? plan.Run(A.data(), a.lda, C.data(), a.ldc)
-                    : opts->plan ? plan.Run(A.data(), a.lda, B.data(), a.ldb, C.data(), a.ldc)
-                                 : r.Gemm(a);
-        const auto t1 = std::chrono::steady_clock::now();
-        ExitIfError(st, "run", kExitFailure);
-        us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-      }
-      std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
-      const double med = us[us.size() / 2];
+      auto served = key.op == OpKind::kConv2d ? ServeConv2d(r, per_call, opts->iters, rng)
+                                              : ServeGemm(r, per_call, packed, opts->plan, opts->iters, rng);
+      ExitIfError(served.status(), "run", kExitFailure);
+      weights_bytes += served->weights_bytes;
+      packed_plans += packed;
+      const Runtime::Resolution& res = served->res;
       const std::string how =
-          res->hit ? "hit"
-                   : fmt::format("miss ({}, served by {})", MissKindName(res->miss_kind),
-                                 ServedByTunedKey(res->served_by) ? res->fallback : ServedByName(res->served_by));
-      t.Row({key.ToString(), how, HumanMicros(med), fmt::format("{:.1f}", key.Flops() / (med * 1e3)),
-             res->schedule.ToString()});
+          res.hit ? "hit"
+                  : fmt::format("miss ({}, served by {})", MissKindName(res.miss_kind),
+                                ServedByTunedKey(res.served_by) ? res.fallback : ServedByName(res.served_by));
+      t.Row({key.ToString(), how, HumanMicros(served->median_us),
+             fmt::format("{:.1f}", key.Flops() / (served->median_us * 1e3)), res.schedule.ToString()});
     }
     fmt::print("{}\n", t.Render());
     if (packed_plans)

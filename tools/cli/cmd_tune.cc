@@ -43,7 +43,7 @@ std::string Bucket(const tuner::KeySummary& s) {
 
 void AddTuneCommand(CLI::App& app) {
   struct Opts {
-    std::string op = "gemm";
+    std::string op = "any";
     std::vector<std::string> shapes;
     std::string workload, log, out, buckets, shard;
     std::vector<std::string> from_report;
@@ -56,7 +56,9 @@ void AddTuneCommand(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("tune", "Measure candidate schedules and write the best verified ones to a bundle");
-  cmd->add_option("--op", o->op, "Op to tune (gemm)")->capture_default_str();
+  cmd->add_option("--op", o->op, "Ops to tune: any, gemm or conv2d (keys of other ops are refused)")
+      ->check(CLI::IsMember({"any", "gemm", "conv2d"}))
+      ->capture_default_str();
   cmd->add_option("--shape", o->shapes,
                   "Shape M,N,K or M,N,K,LAYOUT (LAYOUT: nn, nt, tn, tt; t = that operand is stored transposed), or a canonical key; repeatable");
   cmd->add_option("--workload", o->workload, "Workload file: canonical op keys one per line ('#' comments) or a JSON array");
@@ -99,6 +101,11 @@ void AddTuneCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--timeout-s", o->t.measure.timeout_s, "Per-candidate timeout in seconds (0: 30 s)")
       ->default_str(fmt::format("{} (30 s)", o->t.measure.timeout_s));
+  cmd->add_option("--time-budget", o->t.time_budget_s,
+                  "Wall-time budget in seconds of all keys' searches, shared out as the run goes (each key gets the "
+                  "time left over the keys left); raise --trials so that the budget, not the trial count, ends them "
+                  "(0: none)")
+      ->capture_default_str();
   cmd->add_option("--key-time-limit-s", o->t.key_time_limit_s, "Stop a key's trials after this long (0: none)")
       ->capture_default_str();
   cmd->add_option("--time-limit-s", o->t.total_time_limit_s, "Stop starting batches after this long (0: none)")
@@ -118,7 +125,12 @@ void AddTuneCommand(CLI::App& app) {
 
   cmd->callback([o] {
     const std::string c = "tune";
-    if (o->op != "gemm") Fail(c, fmt::format("--op '{}' is not supported by the tuner (supported: gemm)", o->op));
+    // Every key must be of a tunable op (f32 gemm and conv2d), and of --op when given.
+    auto tunable = [o](const OpKey& k) {
+      return (k.op == OpKind::kGemm || k.op == OpKind::kConv2d) && k.dtype == DType::kF32 &&
+             (o->op == "any" || o->op == OpKindName(k.op));
+    };
+    const std::string tunable_what = o->op == "any" ? "f32 gemm or conv2d" : fmt::format("f32 {}", o->op);
     std::vector<OpKey> keys;
     for (const auto& s : o->shapes) {
       auto k = ParseShape(s);
@@ -137,11 +149,13 @@ void AddTuneCommand(CLI::App& app) {
               "Tune them in separate runs and `merge` the bundles");
     std::vector<tuner::BucketTarget> buckets;
     if (!o->buckets.empty()) {
-      auto ends = tuner::ParseBucketEnds(o->buckets, OpKind::kGemm);
-      ExitIfError(ends.status(), c);
-      for (const auto& k : keys)
-        if (k.op != OpKind::kGemm) Fail(c, fmt::format("key '{}' is not a gemm (--op gemm)", k.ToString()));
       if (keys.empty()) Fail(c, fmt::format("--buckets {}: no --shape or --workload keys to define the families", o->buckets));
+      for (const auto& k : keys)
+        if (k.op != keys[0].op)
+          Fail(c, fmt::format("--buckets: keys '{}' and '{}' are of different ops; bucket one op per run",
+                              keys[0].ToString(), k.ToString()));
+      auto ends = tuner::ParseBucketEnds(o->buckets, keys[0].op);
+      ExitIfError(ends.status(), c);
       tuner::BucketPlan plan = tuner::BucketTargets(keys, *ends);
       fmt::print(stderr, "tune: --buckets {}: {} bucket(s) over {} range(s), {} key(s) above the last end tuned exactly\n",
                  o->buckets, plan.targets.size(), ends->size(), plan.exact_keys.size());
@@ -179,9 +193,9 @@ void AddTuneCommand(CLI::App& app) {
                             report_threads > 0 ? fmt::format("{}", report_threads) : "unknown", *budget,
                             here.fingerprint, here.name));
       const tuner::ReportSelection sel = tuner::SelectFromReport(
-          *rep, o->top, [](const OpKey& k) { return k.op == OpKind::kGemm && k.dtype == DType::kF32; });
+          *rep, o->top, tunable);
       for (const auto& k : sel.skipped)
-        logging::Warn("tune: --from-report: skipping {} (only f32 gemm is tuned)", k.ToString());
+        logging::Warn("tune: --from-report: skipping {} (only {} keys are tuned)", k.ToString(), tunable_what);
       for (const auto& b : sel.buckets) {
         const Status st = b.hi > 0 ? CheckBucket(b.key, b.lo, b.hi)
                                    : InvalidArgument(fmt::format("bucket [{}, {}] of {} is no range", b.lo, b.hi,
@@ -190,18 +204,18 @@ void AddTuneCommand(CLI::App& app) {
       }
       if (!rep->recommended_buckets.empty()) {
         if (sel.buckets.empty())
-          Fail(c, fmt::format("miss report '{}' recommends no f32 gemm bucket to tune", from));
+          Fail(c, fmt::format("miss report '{}' recommends no {} bucket to tune", from, tunable_what));
         fmt::print(stderr, "tune: {} of {} recommended buckets from {} (their ranges, not the report's keys, are tuned)\n",
                    sel.buckets.size(), rep->recommended_buckets.size(), from);
       } else {
-        if (sel.keys.empty()) Fail(c, fmt::format("miss report '{}' lists no f32 gemm key to tune", from));
+        if (sel.keys.empty()) Fail(c, fmt::format("miss report '{}' lists no {} key to tune", from, tunable_what));
         fmt::print(stderr, "tune: {} top-ranked keys from {} (it recommends no buckets)\n", sel.keys.size(), from);
       }
       keys.insert(keys.end(), sel.keys.begin(), sel.keys.end());
       buckets = sel.buckets;
     }
     for (const auto& k : keys)
-      if (k.op != OpKind::kGemm) Fail(c, fmt::format("key '{}' is not a gemm (--op gemm)", k.ToString()));
+      if (!tunable(k)) Fail(c, fmt::format("key '{}' is not {} (--op {})", k.ToString(), tunable_what, o->op));
     keys = tuner::DedupKeys(keys);
     if (keys.empty() && buckets.empty()) Fail(c, "no keys to tune: give --shape, --workload or --from-report");
     if (!o->shard.empty()) {

@@ -59,7 +59,13 @@ double Imbalance(double items, double threads) {
   X(ic_jc_items_per_thread, it_2d / thr) X(ic_jc_imbalance, Imbalance(it_2d, thr))    \
   X(jr_items_per_thread, it_jr / thr) X(jr_imbalance, Imbalance(it_jr, thr))          \
   X(k_iters_per_unroll, kc_e / std::max(1.0, raw[kUnrollK]))                          \
-  X(flops_per_thread_log2, Log2(2 * m * n * k / std::min(thr, std::max(1.0, par_items))))
+  X(flops_per_thread_log2, Log2(2 * m * n * k / std::min(thr, std::max(1.0, par_items)))) \
+  X(op, op) X(conv_kh, ckh) X(conv_kw, ckw) X(conv_stride, cstride) X(conv_pad, cpad)  \
+  X(conv_log2_ic, Log2(cic)) X(conv_log2_oc, Log2(coc)) X(conv_log2_ohw, Log2(coh * cow)) \
+  X(conv_ow, cow) X(conv_oc_tile, oc_tile) X(conv_ow_tile, ow_tile)                  \
+  X(conv_pad_oc_tile, PadFrac(coc, oc_tile)) X(conv_pad_ow_tile, PadFrac(cow, ow_tile)) \
+  X(conv_ws_filter_over_l2, cic * ckh * ckw * oc_tile * es / l2)                    \
+  X(conv_ws_rows_over_l2, ckh * (cw + 2 * cpad) * cic * es / l2)
 
 #define CG_FEATURE_NAME(name, expr) #name,
 constexpr std::string_view kNames[] = {CG_FEATURES(CG_FEATURE_NAME)};
@@ -109,9 +115,19 @@ void ExtractFeatures(const OpKey& key, const Schedule& schedule, const DeviceInf
   const double isa_level = v->isa ? std::bit_width(v->isa) - 1 : 0;  // index of the highest IsaBits level
   const double backend = static_cast<double>(v->backend);
   const double num_params = static_cast<double>(v->params.size());
-  const double m = static_cast<double>(std::max<int64_t>(1, key.m()));
-  const double n = static_cast<double>(std::max<int64_t>(1, key.n()));
-  const double k = static_cast<double>(std::max<int64_t>(1, key.k()));
+  const bool conv = key.op == OpKind::kConv2d;
+  const GemmView g = key.Validate().ok() ? GemmViewOf(key) : GemmView{key.dims[0], key.dims[1], key.dims[2]};
+  const double m = static_cast<double>(std::max<int64_t>(1, g.m));
+  const double n = static_cast<double>(std::max<int64_t>(1, g.n));
+  const double k = static_cast<double>(std::max<int64_t>(1, g.k));
+  // conv2d's own geometry (-1 for other ops) and its kernel's register tile.
+  const double op = static_cast<double>(key.op);
+  const Conv2dOutput co = conv && key.Validate().ok() ? Conv2dOutputDims(key) : Conv2dOutput{-1, -1};
+  const double ckh = conv ? key.dims[5] : -1, ckw = conv ? key.dims[6] : -1, cstride = conv ? key.dims[7] : -1,
+               cpad = conv ? key.dims[9] : -1, cic = conv ? key.dims[3] : -1, coc = conv ? key.dims[4] : -1,
+               cw = conv ? key.dims[2] : -1, coh = double(co.oh), cow = double(co.ow);
+  const double oc_tile = v->op == OpKind::kConv2d ? std::max(1, v->config.conv2d.oc_tile) : 1.0;
+  const double ow_tile = v->op == OpKind::kConv2d ? std::max(1, v->config.conv2d.ow_tile) : 1.0;
   const double trans_a = key.trans_a, trans_b = key.trans_b;
   const double es = static_cast<double>(DTypeSize(key.dtype));
 

@@ -56,14 +56,7 @@ class GemmHarness final : public OpHarness {
 
   void Arm(const DeviceInfo& device) override {
     const int64_t set_bytes = 4 * int64_t(a_.size() + b_.size() + size_t(key_.m() * key_.n()));
-    int64_t budget = opt_.rotate_bytes;
-    if (budget <= 0) {
-      const int64_t cache = device.l3_bytes + device.l2_bytes * std::max(1, device.threads);
-      budget = 2 * (cache > 0 ? cache : (int64_t{32} << 20));
-    }
-    int64_t copies = (budget + set_bytes - 1) / set_bytes;
-    copies = std::clamp<int64_t>(copies, 1, std::max(1, opt_.max_copies));
-    copies = std::max<int64_t>(1, std::min<int64_t>(copies, (int64_t{1} << 30) / std::max<int64_t>(1, set_bytes)));
+    const int64_t copies = RotatedCopies(set_bytes, opt_, device);
     sets_.resize(size_t(copies));
     for (auto& s : sets_) {
       s.a = a_;
@@ -77,7 +70,7 @@ class GemmHarness final : public OpHarness {
     std::fill(set.c.begin(), set.c.end(), std::numeric_limits<float>::quiet_NaN());
     GemmArgs args = DenseGemmArgs(key_, set.a.data(), set.b.data(), set.c.data());
     if (key_.constant_weights) {
-      auto w = Weights(s);
+      auto w = packed_.Get(s, key_, b_.data(), DenseGemmArgs(key_, nullptr, nullptr, nullptr).ldb);
       if (!w.ok()) return fmt::format("kernel failed: {}", w.status().ToString());
       args.b = b_.data();
       args.packed_b = *w;
@@ -109,7 +102,7 @@ class GemmHarness final : public OpHarness {
     Set& set = sets_[next_++ % sets_.size()];
     GemmArgs args = DenseGemmArgs(key_, set.a.data(), set.b.data(), set.c.data());
     if (key_.constant_weights) {  // as a plan runs: its one copy of B, packed before the first call
-      auto w = Weights(s);
+      auto w = packed_.Get(s, key_, b_.data(), DenseGemmArgs(key_, nullptr, nullptr, nullptr).ldb);
       if (!w.ok()) return w.status();
       args.b = b_.data();
       args.packed_b = *w;
@@ -121,41 +114,7 @@ class GemmHarness final : public OpHarness {
   struct Set {
     std::vector<float> a, b, c;
   };
-  struct Packed {
-    Schedule schedule;
-    std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
-    size_t bytes = 0;
-  };
-
-  // Constant-weights keys: B packed once per schedule (outside any timed call), as
-  // Runtime::PlanGemm packs it; nullptr for a variant that reads B as stored.
-  StatusOr<const void*> Weights(const Schedule& s) {
-    const KernelVariant& v = *s.variant;
-    if (!v.pack_weights) return static_cast<const void*>(nullptr);
-    for (const Packed& p : packed_)
-      if (p.schedule == s) return static_cast<const void*>(p.data.get());
-    const size_t bytes = v.packed_weights_bytes(v, key_, s.params);
-    while (!packed_.empty() && (packed_.size() >= kMaxPacked || packed_bytes_ + bytes > kMaxPackedBytes)) {
-      packed_bytes_ -= packed_.front().bytes;
-      packed_.erase(packed_.begin());
-    }
-    Packed p;
-    p.schedule = s;
-    p.data.reset(static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
-    if (!p.data) return Internal(fmt::format("measurer: cannot allocate {} bytes of packed weights", bytes));
-    const GemmArgs g = DenseGemmArgs(key_, nullptr, nullptr, nullptr);
-    CG_RETURN_IF_ERROR(v.pack_weights(v, key_, s.params, b_.data(), g.ldb, p.data.get()));
-    p.bytes = bytes;
-    packed_bytes_ += bytes;
-    packed_.push_back(std::move(p));
-    return static_cast<const void*>(packed_.back().data.get());
-  }
-  // Enough for every schedule of an interleaved batch (all are checked, so packed,
-  // before any is timed); beyond these bounds the oldest packings are dropped.
-  static constexpr size_t kMaxPacked = 64;
-  static constexpr size_t kMaxPackedBytes = size_t{2} << 30;
-  std::vector<Packed> packed_;
-  size_t packed_bytes_ = 0;
+  PackedWeightsCache packed_;  // constant-weights keys: B packed once per schedule, as a plan packs it
   OpKey key_;
   MeasureOptions opt_;
   std::vector<float> a_, b_;       // op inputs as stored (transposes applied to storage)
@@ -171,15 +130,6 @@ StatusOr<std::unique_ptr<OpHarness>> MakeGemmHarness(const OpKey& key, const Mea
   if (key.dtype != DType::kF32)
     return Unimplemented(fmt::format("measurer: {} has no harness (gemm runs f32 here)", key.ToString()));
   return std::unique_ptr<OpHarness>(new GemmHarness(key, options));
-}
-
-StatusOr<std::unique_ptr<OpHarness>> MakeHarness(const OpKey& key, const MeasureOptions& options) {
-  CG_RETURN_IF_ERROR(key.Validate());
-  switch (key.op) {
-    case OpKind::kGemm: return MakeGemmHarness(key, options);
-    default: break;
-  }
-  return Unimplemented(fmt::format("measurer: {} has no harness", key.ToString()));
 }
 
 }  // namespace cliffguard::tuner

@@ -8,8 +8,10 @@
 // use, in the worker process.
 #pragma once
 
+#include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cliffguard/device.h"
 #include "cliffguard/kernel.h"
@@ -33,10 +35,39 @@ class OpHarness {
   virtual Status Run(const Schedule& s) = 0;
 };
 
+// Constant weights packed once per schedule (outside any timed call), as a plan
+// packs them; shared by the harnesses of ops with constant-weights keys.
+class PackedWeightsCache {
+ public:
+  // The weights packed by s's variant for `key` (`weights` stored as pack_weights
+  // takes them, leading dimension `ld`), or nullptr for a variant that reads the
+  // weights as stored.
+  StatusOr<const void*> Get(const Schedule& s, const OpKey& key, const void* weights, int64_t ld);
+
+ private:
+  struct Packed {
+    Schedule schedule;
+    std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
+    size_t bytes = 0;
+  };
+  // Enough for every schedule of an interleaved batch (all are checked, so packed,
+  // before any is timed); beyond these bounds the oldest packings are dropped.
+  static constexpr size_t kMaxPacked = 64;
+  static constexpr size_t kMaxPackedBytes = size_t{2} << 30;
+  std::vector<Packed> packed_;
+  size_t packed_bytes_ = 0;
+};
+
+// The number of rotated copies of an operand set of `set_bytes` that cover
+// options.rotate_bytes (or twice the device's cache), within options.max_copies
+// and 1 GiB.
+int64_t RotatedCopies(int64_t set_bytes, const MeasureOptions& options, const DeviceInfo& device);
+
 // kUnimplemented for an op (or dtype) that has no harness yet.
 StatusOr<std::unique_ptr<OpHarness>> MakeHarness(const OpKey& key, const MeasureOptions& options);
 
-// One op's harness factory (gemm_harness.cc, ...).
+// One op's harness factory (gemm_harness.cc, conv2d_harness.cc).
 StatusOr<std::unique_ptr<OpHarness>> MakeGemmHarness(const OpKey& key, const MeasureOptions& options);
+StatusOr<std::unique_ptr<OpHarness>> MakeConv2dHarness(const OpKey& key, const MeasureOptions& options);
 
 }  // namespace cliffguard::tuner

@@ -127,6 +127,8 @@ Status ValidateOptions(const TunerOptions& o) {
   if (o.threads < 0) return InvalidArgument(fmt::format("tune: threads={} must be >= 0 (0: the default budget)", o.threads));
   if (o.measure.timeout_s < 0)
     return InvalidArgument(fmt::format("tune: timeout {} s must be >= 0 (0: 30 s)", o.measure.timeout_s));
+  if (o.time_budget_s < 0)
+    return InvalidArgument(fmt::format("tune: time budget {} s must be >= 0", o.time_budget_s));
   if (o.key_time_limit_s < 0 || o.total_time_limit_s < 0)
     return InvalidArgument(fmt::format("tune: time limits ({} s per key, {} s total) must be >= 0 (0: none)",
                                        o.key_time_limit_s, o.total_time_limit_s));
@@ -395,8 +397,14 @@ class TuneRun {
     }
     if (static_cast<int>(proposed.size()) > o_.trials - static_cast<int>(ks.trials.size()))
       proposed.resize(size_t(std::max(0, o_.trials - static_cast<int>(ks.trials.size()))));
+    const double budget_share =
+        o_.time_budget_s > 0 ? std::max(0.0, (o_.time_budget_s - Elapsed()) / double(keys_.size() - ki)) : 0;
     while (static_cast<int>(ks.trials.size()) < o_.trials) {
       const double key_s = std::chrono::duration<double>(Clock::now() - key_start).count();
+      if (o_.time_budget_s > 0 && key_s >= budget_share) {
+        sum.note = fmt::format("time budget: this key's share {:.1f} s of {} s used", budget_share, o_.time_budget_s);
+        break;
+      }
       if (o_.key_time_limit_s > 0 && key_s >= o_.key_time_limit_s) {
         sum.note = fmt::format("key time limit {} s reached", o_.key_time_limit_s);
         break;

@@ -127,9 +127,11 @@ struct OpKey {
 };
 
 // The one shape grammar of the command line, workloads and tools: a canonical key
-// ("gemm f32 nt m=16 n=3072 k=768", any op), or the GEMM shorthand "M,N,K" or
+// ("gemm f32 nt m=16 n=3072 k=768", any op), the GEMM shorthand "M,N,K" or
 // "M,N,K,LAYOUT" (LAYOUT nn, nt, tn or tt: t = that operand is stored transposed;
-// f32). Spaces around the parts are ignored. Errors name the text and the rule.
+// f32), or the conv2d shorthand "N,H,W,IC,OC,K,S[,P]" (square K x K kernel, stride S
+// and padding P in both dimensions, P default (K-1)/2; f32). Spaces around the
+// parts are ignored. Errors name the text and the rule.
 StatusOr<OpKey> ParseShape(std::string_view text);
 
 // Shape classes: a bundle's per-op default schedule is chosen from the tuned shapes
@@ -156,6 +158,17 @@ struct Conv2dOutput {
 inline Conv2dOutput Conv2dOutputDims(const OpKey& key) {
   return {(key.dims[1] + 2 * key.dims[9] - key.dims[5]) / key.dims[7] + 1,
           (key.dims[2] + 2 * key.dims[10] - key.dims[6]) / key.dims[8] + 1};
+}
+
+// The GEMM view of a valid key: gemm's own m, n, k; conv2d as implicit GEMM,
+// m = n*oh*ow, n = oc, k = ic*kh*kw. (Shape classes and the cost model's features.)
+struct GemmView {
+  int64_t m, n, k;
+};
+inline GemmView GemmViewOf(const OpKey& key) {
+  if (key.op != OpKind::kConv2d) return {key.dims[0], key.dims[1], key.dims[2]};
+  const Conv2dOutput o = Conv2dOutputDims(key);
+  return {key.dims[0] * o.oh * o.ow, key.dims[4], key.dims[3] * key.dims[5] * key.dims[6]};
 }
 
 // Dynamic shapes: one dimension of a key varies from call to call in serving (the

@@ -136,6 +136,7 @@ struct KeyStats {
 };
 
 class GemmPlan;
+class Conv2dPlan;
 struct MissEntry;
 
 class Runtime {
@@ -176,6 +177,18 @@ class Runtime {
   // recorded under the constant-weights key. f32, cpu devices.
   StatusOr<GemmPlan> PlanGemm(const OpKey& key, const float* weights, int64_t ldb);
 
+  // Per-call conv2d (NHWC, Conv2dArgs): the same contract as Gemm. The filter is
+  // re-laid-out on every call (into the schedule's layout); a plan does that once.
+  Status Conv2d(const Conv2dArgs& args);
+  // Creates a plan for one conv2d key whose filter (`weights`, oc*kh*kw*ic floats in
+  // `layout`) and bias (oc floats, or null) are the same on every call: the filter is
+  // packed here, once, into the layout the resolved schedule reads (OIHW is converted
+  // first), and Run takes x and y only. The plan owns copies of both (weights_bytes()).
+  // Looks up the key with constant_weights set, then without it (either is a hit); a
+  // miss is recorded under the constant-weights key. f32, cpu devices.
+  StatusOr<Conv2dPlan> PlanConv2d(const OpKey& key, const float* weights, ConvWeightLayout layout,
+                                  const float* bias = nullptr);
+
   // The schedule a call with this key would use now, and whether it is a hit.
   struct Resolution {
     Schedule schedule;
@@ -208,6 +221,7 @@ class Runtime {
   explicit Runtime(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
   friend class GemmPlan;
+  friend class Conv2dPlan;
 };
 
 // A GEMM resolved once for one op key. Movable, not copyable. Thread-safe to Run
@@ -256,6 +270,47 @@ class GemmPlan {
   std::unique_ptr<float, FreeWeights> weights_;  // packed (packed_layout_) or dense copy of B
   size_t weights_bytes_ = 0;
   bool packed_layout_ = false;  // weights_ is in the schedule's packed layout (GemmArgs::packed_b)
+};
+
+// A conv2d resolved once for one key, with its filter and bias packed at creation
+// (Runtime::PlanConv2d). Movable, not copyable. Thread-safe to Run from several
+// threads. Must not outlive its Runtime.
+class Conv2dPlan {
+ public:
+  Conv2dPlan() = default;
+  Conv2dPlan(Conv2dPlan&&) noexcept;
+  Conv2dPlan& operator=(Conv2dPlan&&) noexcept;
+  ~Conv2dPlan();
+
+  bool ready() const { return runtime_ != nullptr; }
+  bool hit() const { return hit_; }
+  ServedBy served_by() const { return hit_ ? ServedBy::kExact : served_by_; }
+  const OpKey& key() const { return key_; }
+  const Schedule& schedule() const { return schedule_; }
+  // Bytes of the plan's filter copy (packed, or OHWI when the variant reads it so) and bias.
+  size_t weights_bytes() const { return weights_bytes_; }
+
+  // y = conv2d(x) + bias for the plan's key: x holds n*h*w*ic floats (NHWC), y
+  // n*oh*ow*oc. kInvalidState on an empty plan; kInvalidArgument for null pointers.
+  Status Run(const float* x, float* y) const;
+
+ private:
+  friend class Runtime;
+  struct Free {
+    void operator()(float* p) const noexcept { std::free(p); }
+  };
+
+  Runtime::Impl* runtime_ = nullptr;
+  OpKey key_;
+  Schedule schedule_;
+  bool hit_ = false;
+  uint32_t plan_index_ = 0;
+  MissEntry* miss_ = nullptr;
+  ServedBy served_by_ = ServedBy::kExact;
+  std::unique_ptr<float, Free> weights_;  // packed (packed_layout_) or dense OHWI
+  std::unique_ptr<float, Free> bias_;     // oc floats, or null
+  size_t weights_bytes_ = 0;
+  bool packed_layout_ = false;
 };
 
 }  // namespace cliffguard

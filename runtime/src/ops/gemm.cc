@@ -84,16 +84,7 @@ inline bool IsKeyOf(const OpKey& k, const GemmArgs& a) {
   } else if (!KnownKeyArgsValid(a, line.bounds)) [[unlikely]] {
     return InvalidGemmArgs(a);
   }
-  if (ServedByTunedKey(line.served_by) && ++line.untimed < MissEntry::kTimeSampling) {
-    line.entry->Count(s->stripe, line.served_by);
-    return RunGemm(line.fallback, a);
-  }
-  const uint64_t t0 = TickClock::Now();
-  Status st = RunGemm(line.fallback, a);
-  const uint64_t t1 = TickClock::Now();
-  const uint64_t calls = ServedByTunedKey(line.served_by) ? std::exchange(line.untimed, 0) : 1;
-  line.entry->Record(s->stripe, line.served_by, 1, (t1 - t0) * calls, t0, t1);
-  return st;
+  return RunMissed(s, line, [&a](const Schedule& fallback) { return RunGemm(fallback, a); });
 }
 
 // Runtime::Gemm when the thread's table is not the current one (its first call on
@@ -170,33 +161,6 @@ Status Runtime::Gemm(const GemmArgs& a) {
 
 namespace {
 
-// Resolves a plan's schedule under the current table: a usable entry of one of
-// `keys` (in order) is a hit; else the miss record of keys[0] and its fallback.
-Status ResolvePlan(Runtime::Impl& r, std::span<const OpKey> keys, bool& hit, Schedule& schedule, MissEntry*& miss,
-                   ServedBy& served_by, OpKey& counted) {
-  std::lock_guard<std::mutex> lock(r.load_mu);
-  const DispatchTable* t = r.table.load(std::memory_order_acquire);
-  for (const OpKey& k : keys) {
-    const TableEntry* e = t->Find(k, k.Hash());
-    if (e && !e->rejected) {
-      hit = true;
-      schedule = e->schedule;
-      counted = k;
-      return Status::Ok();
-    }
-  }
-  const OpKey& key = keys[0];
-  std::string why;
-  MissEntry current;
-  miss = r.FindMiss(key, key.Hash(), t, t->Find(key, key.Hash()), current, why);
-  if (!miss)
-    return Unimplemented(fmt::format("PlanGemm: no kernel runs '{}' on {}: {}", key.ToString(), r.device.fingerprint, why));
-  schedule = current.fallback;
-  served_by = current.served_by;
-  counted = key;
-  return Status::Ok();
-}
-
 Status CheckPlanKey(const OpKey& key) {
   if (key.op != OpKind::kGemm) return InvalidArgument(fmt::format("PlanGemm: key '{}' is not a gemm", key.ToString()));
   return key.Validate();
@@ -215,7 +179,7 @@ StatusOr<GemmPlan> Runtime::PlanGemm(const OpKey& key) {
   plan.key_ = key;
   plan.ld_ = GemmLeadingDimBounds(key);
   OpKey counted;
-  CG_RETURN_IF_ERROR(ResolvePlan(r, {&key, 1}, plan.hit_, plan.schedule_, plan.miss_, plan.served_by_, counted));
+  CG_RETURN_IF_ERROR(r.ResolvePlan("PlanGemm", {&key, 1}, plan.hit_, plan.schedule_, plan.miss_, plan.served_by_, counted));
   if (plan.hit_) plan.plan_index_ = r.slots.PlanIndex(counted);
   plan.runtime_ = &r;
   return plan;
@@ -241,7 +205,7 @@ StatusOr<GemmPlan> Runtime::PlanGemm(const OpKey& key_in, const float* weights, 
   plan.key_ = keys[0];
   plan.ld_ = ld;
   OpKey counted;
-  CG_RETURN_IF_ERROR(ResolvePlan(r, keys, plan.hit_, plan.schedule_, plan.miss_, plan.served_by_, counted));
+  CG_RETURN_IF_ERROR(r.ResolvePlan("PlanGemm", keys, plan.hit_, plan.schedule_, plan.miss_, plan.served_by_, counted));
 
   const KernelVariant& v = *plan.schedule_.variant;
   const OpKey& key = keys[0];

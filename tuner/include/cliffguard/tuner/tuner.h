@@ -128,6 +128,12 @@ struct TunerOptions {
   std::string objective = "rank";    // cost model objective: "rank" (rank:pairwise) or "reg" (reg:squarederror)
   double key_time_limit_s = 0;       // stop a key's trials after this long; 0: none
   double total_time_limit_s = 0;     // stop starting new batches after this long; 0: none
+  // Wall-time budget of the whole run's searches, shared out as it goes: each key may
+  // search for (budget - time used so far) / (keys left), so what a key leaves unused
+  // passes to the keys after it. Defaults, confirmations and the bundle default run
+  // outside the searches' shares (the run's wall time slightly exceeds the budget).
+  // 0: none.
+  double time_budget_s = 0;
   std::string device;                // the device tuned for (ProbeDevice): "" or "cpu", "cuda:N"
   int threads = 0;                   // CPU thread budget (ResolveThreadBudget); 0: default
   MeasureOptions measure;            // for the SandboxMeasurer made when `measurer` is null

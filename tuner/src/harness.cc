@@ -1,0 +1,53 @@
+// What every op's harness shares: the harness factory, rotated-copy counts and the
+// cache of packed constant weights.
+#include "harness.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace cliffguard::tuner {
+
+StatusOr<const void*> PackedWeightsCache::Get(const Schedule& s, const OpKey& key, const void* weights, int64_t ld) {
+  const KernelVariant& v = *s.variant;
+  if (!v.pack_weights) return static_cast<const void*>(nullptr);
+  for (const Packed& p : packed_)
+    if (p.schedule == s) return static_cast<const void*>(p.data.get());
+  const size_t bytes = v.packed_weights_bytes(v, key, s.params);
+  while (!packed_.empty() && (packed_.size() >= kMaxPacked || packed_bytes_ + bytes > kMaxPackedBytes)) {
+    packed_bytes_ -= packed_.front().bytes;
+    packed_.erase(packed_.begin());
+  }
+  Packed p;
+  p.schedule = s;
+  p.data.reset(static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+  if (!p.data) return Internal(fmt::format("measurer: cannot allocate {} bytes of packed weights", bytes));
+  CG_RETURN_IF_ERROR(v.pack_weights(v, key, s.params, weights, ld, p.data.get()));
+  p.bytes = bytes;
+  packed_bytes_ += bytes;
+  packed_.push_back(std::move(p));
+  return static_cast<const void*>(packed_.back().data.get());
+}
+
+int64_t RotatedCopies(int64_t set_bytes, const MeasureOptions& options, const DeviceInfo& device) {
+  int64_t budget = options.rotate_bytes;
+  if (budget <= 0) {
+    const int64_t cache = device.l3_bytes + device.l2_bytes * std::max(1, device.threads);
+    budget = 2 * (cache > 0 ? cache : (int64_t{32} << 20));
+  }
+  set_bytes = std::max<int64_t>(1, set_bytes);
+  int64_t copies = (budget + set_bytes - 1) / set_bytes;
+  copies = std::clamp<int64_t>(copies, 1, std::max(1, options.max_copies));
+  return std::max<int64_t>(1, std::min<int64_t>(copies, (int64_t{1} << 30) / set_bytes));
+}
+
+StatusOr<std::unique_ptr<OpHarness>> MakeHarness(const OpKey& key, const MeasureOptions& options) {
+  CG_RETURN_IF_ERROR(key.Validate());
+  switch (key.op) {
+    case OpKind::kGemm: return MakeGemmHarness(key, options);
+    case OpKind::kConv2d: return MakeConv2dHarness(key, options);
+  }
+  return Unimplemented(fmt::format("measurer: {} has no harness", key.ToString()));
+}
+
+}  // namespace cliffguard::tuner
