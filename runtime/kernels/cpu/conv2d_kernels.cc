@@ -1,7 +1,255 @@
 #include "kernels/cpu/conv2d_kernels.h"
 
-namespace cliffguard::cpu {
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <span>
 
-std::span<const KernelVariant> CpuConv2dVariants() { return {}; }
+#include <fmt/format.h>
+
+#include "kernels/cpu/conv2d_driver.h"
+#include "kernels/cpu/conv2d_library.h"
+#include "kernels/cpu/conv2d_params.h"
+#include "kernels/cpu/gemm_params.h"
+#include "kernels/cpu/gemm_ukernel.h"
+
+namespace cliffguard::cpu {
+namespace {
+
+// L2 size assumed when the device does not report one (bytes).
+constexpr int64_t kDefaultL2Bytes = 512 << 10;
+
+struct Dims {
+  int64_t n, h, w, ic, oc, kh, kw, sh, sw, ph, pw, oh, ow;
+  static Dims Of(const OpKey& key) {
+    const Conv2dOutput o = Conv2dOutputDims(key);
+    const auto& d = key.dims;
+    return {d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], o.oh, o.ow};
+  }
+};
+
+int64_t CeilDiv(int64_t x, int64_t m) { return (x + m - 1) / m; }
+
+// The smallest value of `p` that covers `extent` (blocks clip to the extent, so
+// every larger value runs the same schedule), or its largest value.
+int32_t Covering(const ParamSpec& p, int64_t extent) {
+  for (int32_t v : p.values)
+    if (v >= extent) return v;
+  return p.values.back();
+}
+
+// The largest value of `p` that is <= limit, or its smallest value.
+int32_t LargestAtMost(const ParamSpec& p, int64_t limit) {
+  int32_t out = p.values.front();
+  for (int32_t v : p.values)
+    if (v <= limit) out = v;
+  return out;
+}
+
+Status CheckThreads(const KernelVariant& v, const ParamValues& p, int index, const DeviceInfo& device) {
+  if (p[index] > device.threads)
+    return InvalidArgument(
+        fmt::format("{}: threads={} must be <= device threads={}", v.name, p[index], device.threads));
+  return Status::Ok();
+}
+
+// A block parameter no larger than the first value that covers the key's extent.
+Status CheckCovering(const KernelVariant& v, const ParamValues& p, int index, int64_t extent, const char* what) {
+  const int32_t cover = Covering(v.params[index], extent);
+  if (p[index] > cover)
+    return InvalidArgument(fmt::format("{}: {}={} exceeds {}={}: at most {} (larger blocks repeat that schedule)",
+                                       v.name, v.params[index].name, p[index], what, extent, cover));
+  return Status::Ok();
+}
+
+Status CheckF32(const KernelVariant& self, const Conv2dArgs& args) {
+  if (args.dtype != DType::kF32)
+    return Unimplemented(fmt::format("{}: runs f32, not {}", self.name, DTypeName(args.dtype)));
+  return Status::Ok();
+}
+
+int64_t L2Bytes(const DeviceInfo& device) { return device.l2_bytes > 0 ? device.l2_bytes : kDefaultL2Bytes; }
+
+// ---- Direct ----
+
+template <ConvTileFn kTile>
+Status DirectEntry(const KernelVariant& self, const Conv2dArgs& args, const ParamValues& params) {
+  CG_RETURN_IF_ERROR(CheckF32(self, args));
+  const Conv2dConfig& t = self.config.conv2d;
+  return DirectConvF32(args, params, kTile, t.oc_tile, t.ow_tile);
+}
+
+Status DirectCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device) {
+  const Dims d = Dims::Of(key);
+  const int oct = v.config.conv2d.oc_tile;
+  CG_RETURN_IF_ERROR(CheckThreads(v, p, kDirThreads, device));
+  CG_RETURN_IF_ERROR(CheckCovering(v, p, kDirOcBlock, CeilDiv(d.oc, oct) * oct, "oc rounded up to the oc tile"));
+  CG_RETURN_IF_ERROR(CheckCovering(v, p, kDirIcBlock, d.ic, "ic"));
+  CG_RETURN_IF_ERROR(CheckCovering(v, p, kDirRows, d.oh, "output rows"));
+  return Status::Ok();
+}
+
+// Defaults: the whole filter depth per block unless one oc tile of it overflows
+// half the L2, then as many oc tiles per block as fit there; threads from the
+// shape's work, split over output rows unless there are few of them.
+void DirectFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
+  const Dims d = Dims::Of(key);
+  const int oct = v.config.conv2d.oc_tile, owt = v.config.conv2d.ow_tile;
+  const int64_t tiles = CeilDiv(d.oc, oct);
+  const int64_t budget = L2Bytes(device) / 2;
+  const int64_t per_channel = d.kh * d.kw * int64_t{sizeof(float)};  // bytes per input channel of one lane
+  int64_t icb = d.ic;
+  if (per_channel * icb * oct > budget) icb = std::max<int64_t>(1, budget / (per_channel * oct));
+  p[kDirIcBlock] = icb >= d.ic ? Covering(v.params[kDirIcBlock], d.ic) : LargestAtMost(v.params[kDirIcBlock], icb);
+  const int64_t icb_eff = std::min<int64_t>(p[kDirIcBlock], d.ic);
+  const int64_t ocb = std::clamp<int64_t>(budget / (per_channel * icb_eff * oct), 1, tiles) * oct;
+  p[kDirOcBlock] = std::min(LargestAtMost(v.params[kDirOcBlock], ocb), Covering(v.params[kDirOcBlock], tiles * oct));
+  p[kDirRows] = Covering(v.params[kDirRows], d.oh);
+  p[kDirLoop] = kLoopOcInner;
+  p[kDirPadCopy] = d.ow < 3 * owt ? 1 : 0;
+  const int32_t threads = ThreadsForWork(key, device);
+  p[kDirThreads] = threads;
+  p[kDirPar] = kConvParRows;
+  if (threads > 1 && d.oh < 4 * threads) {
+    if (tiles >= 2 * threads) {
+      p[kDirPar] = kConvParOc;
+    } else if (d.n >= threads) {
+      p[kDirPar] = kConvParBatch;
+    }
+  }
+}
+
+size_t DirectPackedBytes(const KernelVariant& self, const OpKey& key, const ParamValues& /*params*/) {
+  return static_cast<size_t>(DirectPackedFloats(key, self.config.conv2d.oc_tile)) * sizeof(float);
+}
+
+Status DirectPackWeights(const KernelVariant& self, const OpKey& key, const ParamValues& /*params*/,
+                         const void* weights, int64_t ld, void* dst) {
+  if (key.dtype != DType::kF32)
+    return Unimplemented(fmt::format("{}: packs f32 weights, not {}", self.name, DTypeName(key.dtype)));
+  const int oct = self.config.conv2d.oc_tile;
+  PackDirectWeights(static_cast<const float*>(weights), ld, ConvWeightLayout::kOhwi, key, oct, 0,
+                    CeilDiv(key.dims[4], oct), static_cast<float*>(dst));
+  return Status::Ok();
+}
+
+// ---- GEMM-based (1x1, im2col) ----
+
+template <UkernelFn kUkernel, int MR, int NR>
+Status GemmConvEntry(const KernelVariant& self, const Conv2dArgs& args, const ParamValues& params) {
+  CG_RETURN_IF_ERROR(CheckF32(self, args));
+  return GemmConvF32(args, params, kUkernel, MR, NR);
+}
+
+enum GemmConvAlgo { k1x1, kIm2col };
+
+template <GemmConvAlgo kAlgo>
+Status GemmConvSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& /*device*/) {
+  if (kAlgo != k1x1) return Status::Ok();
+  const Dims d = Dims::Of(key);
+  if (d.kh != 1 || d.kw != 1)
+    return Unimplemented(fmt::format("{}: filter {}x{} is not 1x1 (this variant runs 1x1 filters only)", v.name,
+                                     d.kh, d.kw));
+  if (d.ph != 0 || d.pw != 0)
+    return Unimplemented(
+        fmt::format("{}: padding {}x{} is not 0 (this variant runs 1x1 filters without padding)", v.name, d.ph, d.pw));
+  return Status::Ok();
+}
+
+Status GemmConvCheck(const KernelVariant& v, const OpKey& /*key*/, const ParamValues& p, const DeviceInfo& device) {
+  const Conv2dConfig& t = v.config.conv2d;  // oc_tile = nr, ow_tile = mr
+  if (p[kCgMc] % t.ow_tile != 0)
+    return InvalidArgument(fmt::format("{}: mc={} must be a multiple of mr={}", v.name, p[kCgMc], t.ow_tile));
+  if (p[kCgNc] % t.oc_tile != 0)
+    return InvalidArgument(fmt::format("{}: nc={} must be a multiple of nr={}", v.name, p[kCgNc], t.oc_tile));
+  return CheckThreads(v, p, kCgThreads, device);
+}
+
+// Defaults: the GEMM family's blocking; m_block so that a block of im2col rows
+// fits in half the L2 (a 1x1 key without stride or padding reads its rows in
+// place: long blocks); threads from the shape's work.
+void GemmConvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
+  const Dims d = Dims::Of(key);
+  const int64_t k = d.kh * d.kw * d.ic;
+  const bool dense = d.kh == 1 && d.kw == 1 && d.sh == 1 && d.sw == 1 && d.ph == 0 && d.pw == 0;
+  const int64_t rows = dense ? 4096 : L2Bytes(device) / 2 / (k * int64_t{sizeof(float)});
+  p[kCgMBlock] = LargestAtMost(v.params[kCgMBlock], rows);
+  p[kCgThreads] = ThreadsForWork(key, device);
+}
+
+size_t GemmConvPackedBytes(const KernelVariant& self, const OpKey& key, const ParamValues& /*params*/) {
+  return static_cast<size_t>(GemmConvPackedFloats(key, self.config.conv2d.oc_tile)) * sizeof(float);
+}
+
+Status GemmConvPack(const KernelVariant& self, const OpKey& key, const ParamValues& params, const void* weights,
+                    int64_t ld, void* dst) {
+  if (key.dtype != DType::kF32)
+    return Unimplemented(fmt::format("{}: packs f32 weights, not {}", self.name, DTypeName(key.dtype)));
+  GemmConvPackWeights(static_cast<const float*>(weights), ld, key, params[kCgKc], self.config.conv2d.oc_tile,
+                      static_cast<float*>(dst));
+  return Status::Ok();
+}
+
+// ---- The portable reference ----
+
+Status RefCheck(const KernelVariant& v, const OpKey& /*key*/, const ParamValues& p, const DeviceInfo& device) {
+  return CheckThreads(v, p, 0, device);
+}
+
+void RefFitDefaults(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
+  p[0] = ThreadsForWork(key, device);
+}
+
+size_t RefPackedBytes(const KernelVariant& /*self*/, const OpKey& key, const ParamValues& /*params*/) {
+  const Dims d = Dims::Of(key);
+  return static_cast<size_t>(d.oc * d.kh * d.kw * d.ic) * sizeof(float);
+}
+
+Status RefPack(const KernelVariant& self, const OpKey& key, const ParamValues& /*params*/, const void* weights,
+               int64_t ld, void* dst) {
+  if (key.dtype != DType::kF32)
+    return Unimplemented(fmt::format("{}: packs f32 weights, not {}", self.name, DTypeName(key.dtype)));
+  const Dims d = Dims::Of(key);
+  const int64_t k = d.kh * d.kw * d.ic;
+  for (int64_t o = 0; o < d.oc; ++o)
+    std::memcpy(static_cast<float*>(dst) + o * k, static_cast<const float*>(weights) + o * ld, k * sizeof(float));
+  return Status::Ok();
+}
+
+// The table: `own` (the inventory, the portable reference last) with `library`
+// inserted before its last row.
+template <size_t N, size_t L>
+constexpr std::array<KernelVariant, N + L> BeforeLast(const std::array<KernelVariant, N>& own,
+                                                      const std::array<KernelVariant, L>& library) {
+  static_assert(N >= 1);
+  std::array<KernelVariant, N + L> out{};
+  for (size_t i = 0; i + 1 < N; ++i) out[i] = own[i];
+  for (size_t i = 0; i < L; ++i) out[N - 1 + i] = library[i];
+  out[N + L - 1] = own[N - 1];
+  return out;
+}
+
+}  // namespace
+
+std::span<const KernelVariant> CpuConv2dVariants() {
+  static constexpr auto kOwn = std::to_array<KernelVariant>({
+#define CG_CONV2D_GEMM(isa, name, algo, gemm, mr, nr)                                                        \
+  {#name, Backend::kCpu, OpKind::kConv2d, DType::kF32, isa, Conv2dGemmParamSet<mr, nr>::kSpecs,              \
+   &GemmConvSupports<algo>, &GemmConvCheck, &GemmConvFitDefaults,                                           \
+   {.conv2d = &GemmConvEntry<&gemm##_ukernel, mr, nr>}, {.conv2d = {nr, mr}}, nullptr, nullptr,              \
+   &GemmConvPackedBytes, &GemmConvPack},
+#define CG_CONV2D_DIRECT(isa, name, oc_tile, ow_tile)                                                        \
+  {#name, Backend::kCpu, OpKind::kConv2d, DType::kF32, isa, Conv2dDirectParamSet<oc_tile>::kSpecs, nullptr, \
+   &DirectCheck, &DirectFitDefaults, {.conv2d = &DirectEntry<&name##_tile>}, {.conv2d = {oc_tile, ow_tile}}, \
+   nullptr, nullptr, &DirectPackedBytes, &DirectPackWeights},
+#define CG_CONV2D_REF(isa, name)                                                                              \
+  {#name, Backend::kCpu, OpKind::kConv2d, DType::kF32, isa, kConv2dRefSpecs, nullptr, &RefCheck,            \
+   &RefFitDefaults, {.conv2d = &name##_run}, {.conv2d = {1, 1}}, nullptr, nullptr, &RefPackedBytes, &RefPack},
+#include "kernels/cpu/conv2d_f32.inc"
+  });
+  // Library variants (conv2d_library.h), built when their library is found.
+  static constexpr auto kVariants = BeforeLast(kOwn, kConv2dLibraryVariants);
+  return kVariants;
+}
 
 }  // namespace cliffguard::cpu

@@ -6,6 +6,7 @@
 set(CG_CPU_KERNEL_SRCS
   ${CMAKE_CURRENT_LIST_DIR}/cpu_kernels.cc
   ${CMAKE_CURRENT_LIST_DIR}/conv2d_kernels.cc
+  ${CMAKE_CURRENT_LIST_DIR}/conv2d_driver.cc
   ${CMAKE_CURRENT_LIST_DIR}/gemm_driver.cc
   ${CMAKE_CURRENT_LIST_DIR}/gemv_driver.cc
   ${CMAKE_CURRENT_LIST_DIR}/thread_pool.cc)
@@ -30,6 +31,26 @@ foreach(row IN LISTS cg_kernel_rows)
     list(APPEND CG_CPU_KERNEL_SRCS ${cg_src})
   else()
     message(FATAL_ERROR "gemm_f32.inc: ISA '${CMAKE_MATCH_1}' of ${CMAKE_MATCH_2} has no source list here")
+  endif()
+endforeach()
+
+# conv2d_f32.inc: DIRECT and REF rows name their translation unit (CG_CONV2D_GEMM
+# rows run a GEMM micro-kernel compiled above and have none).
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/conv2d_f32.inc)
+file(STRINGS ${CMAKE_CURRENT_LIST_DIR}/conv2d_f32.inc cg_conv2d_rows REGEX "^CG_CONV2D_(DIRECT|REF)\\(")
+foreach(row IN LISTS cg_conv2d_rows)
+  if(NOT row MATCHES "^CG_CONV2D_[A-Z]+\\(([A-Za-z0-9]+), *([a-z0-9_]+)")
+    message(FATAL_ERROR "conv2d_f32.inc: cannot read the row '${row}'")
+  endif()
+  set(cg_src ${CMAKE_CURRENT_LIST_DIR}/${CMAKE_MATCH_2}.cc)
+  if(CMAKE_MATCH_1 STREQUAL "kIsaAvx512")
+    list(APPEND CG_AVX512_SRCS ${cg_src})
+  elseif(CMAKE_MATCH_1 STREQUAL "kIsaAvx2")
+    list(APPEND CG_AVX2_SRCS ${cg_src})
+  elseif(CMAKE_MATCH_1 STREQUAL "kIsaScalar")
+    list(APPEND CG_CPU_KERNEL_SRCS ${cg_src})
+  else()
+    message(FATAL_ERROR "conv2d_f32.inc: ISA '${CMAKE_MATCH_1}' of ${CMAKE_MATCH_2} has no source list here")
   endif()
 endforeach()
 
