@@ -132,6 +132,7 @@ class FakeMeasurer final : public Measurer {
   const DeviceInfo& device() const override { return device_; }
   StatusOr<std::vector<MeasureResult>> Measure(const OpKey& key, std::span<const Schedule> schedules,
                                                const ResultCallback& on_result) override {
+    if (batch_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(batch_sleep_ms));
     auto out = Times(key, schedules, 0);
     for (size_t i = 0; i < out.size(); ++i)
       if (on_result) on_result(i, out[i]);
@@ -150,6 +151,7 @@ class FakeMeasurer final : public Measurer {
   double default_us = 100, remeasure_add = 7;
   double interleaved_others_us = 0;  // > 0: every non-default schedule's interleaved time
   double spread_us = 0;              // of every interleaved result
+  int batch_sleep_ms = 0;            // wall time a Measure call takes (time-budget tests)
   int interleaved_calls = 0;
 
  private:
@@ -179,6 +181,30 @@ std::vector<LogRecord> TuneWithFakeTimes(TunerOptions o, FakeMeasurer& fake, Tun
   auto contents = ReadTuningLog(o.log_path);
   EXPECT_TRUE(contents.ok()) << contents.status().ToString();
   return contents.ok() ? contents->records : std::vector<LogRecord>{};
+}
+
+// --time-budget: each key searches for its share of what is left, so every key is
+// searched (at least one batch) and the run ends near the budget whatever the trial
+// count. (The fake takes 20 ms a batch; a slow host only shortens the searches.)
+TEST(TunerTest, ATimeBudgetIsSharedOutOverTheKeys) {
+  const std::string log = TempPath("budget.jsonl");
+  TunerOptions o = Fast({OpKey::Gemm(48, 64, 32), OpKey::Gemm(40, 64, 32), OpKey::Gemm(32, 64, 32)}, "random", 100000, log);
+  o.time_budget_s = 0.6;
+  o.confirm = false;
+  FakeMeasurer fake(HostCpuDevice());
+  fake.batch_sleep_ms = 20;
+  TuneResult res;
+  const auto start = std::chrono::steady_clock::now();
+  TuneWithFakeTimes(o, fake, &res);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(res.summaries.size(), 3u);
+  for (const auto& s : res.summaries) {
+    EXPECT_GE(s.trials, o.batch_size) << s.key.ToString();
+    EXPECT_LT(s.trials, 100000) << s.key.ToString();
+    EXPECT_NE(s.note.find("time budget"), std::string::npos) << s.key.ToString() << ": " << s.note;
+  }
+  EXPECT_LT(took, 30.0);
+  std::remove(log.c_str());
 }
 
 // The noise rule: a re-measured group always includes the default schedule, and the

@@ -95,7 +95,7 @@ StatusOr<Served> ServeConv2d(Runtime& r, const OpKey& key, int iters, std::mt199
 void AddRunCommand(CLI::App& app) {
   struct Opts {
     std::vector<std::string> bundles;
-    std::string op = "gemm";
+    std::string op = "any";
     std::vector<std::string> shapes;
     int iters = 50;
     int threads = 0;
@@ -107,7 +107,9 @@ void AddRunCommand(CLI::App& app) {
   auto opts = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("run", "Serve calls through the runtime and report hits, misses and speed");
   cmd->add_option("--bundle", opts->bundles, "Bundle to load (repeatable)");
-  cmd->add_option("--op", opts->op, "Operator of the shapes")->check(CLI::IsMember({"gemm", "conv2d"}))->capture_default_str();
+  cmd->add_option("--op", opts->op, "Operator of the shapes: any, gemm or conv2d (a shape of another op is refused)")
+      ->check(CLI::IsMember({"any", "gemm", "conv2d"}))
+      ->capture_default_str();
   cmd->add_option("--shape", opts->shapes,
                   "gemm: M,N,K[,LAYOUT] (LAYOUT nn|nt|tn|tt); conv2d: N,H,W,IC,OC,K,S[,P] (NHWC, K x K kernel, "
                   "stride S, padding P, default (K-1)/2; served through a plan holding its filter); or a canonical "
@@ -160,7 +162,7 @@ void AddRunCommand(CLI::App& app) {
     size_t weights_bytes = 0, packed_plans = 0;
     std::mt19937 rng(42);
     for (OpKey key : keys) {
-      if (OpKindName(key.op) != opts->op)
+      if (opts->op != "any" && OpKindName(key.op) != opts->op)
         Fail("run", fmt::format("--shape '{}' is a {} key, not {} (--op)", key.ToString(), OpKindName(key.op), opts->op));
       const bool packed = opts->packed || key.constant_weights || key.op == OpKind::kConv2d;
       key.constant_weights = packed;

@@ -401,7 +401,7 @@ class TuneRun {
         o_.time_budget_s > 0 ? std::max(0.0, (o_.time_budget_s - Elapsed()) / double(keys_.size() - ki)) : 0;
     while (static_cast<int>(ks.trials.size()) < o_.trials) {
       const double key_s = std::chrono::duration<double>(Clock::now() - key_start).count();
-      if (o_.time_budget_s > 0 && key_s >= budget_share) {
+      if (o_.time_budget_s > 0 && key_s >= budget_share && !ks.trials.empty()) {  // every key gets one batch
         sum.note = fmt::format("time budget: this key's share {:.1f} s of {} s used", budget_share, o_.time_budget_s);
         break;
       }
