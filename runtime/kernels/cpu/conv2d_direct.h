@@ -7,29 +7,32 @@
 
 namespace cliffguard::cpu {
 
-// One register tile: `ocn` output channels of `m` output pixels, summed over
-// rows x rxs segments of `len` elements each:
+// `tiles` register tiles of one pixel tile: for each oc tile t < tiles, `ocn`
+// output channels of `m` output pixels, summed over rows x rxs segments of `len`
+// elements each:
 //   acc[j][o] = init + sum over r < rows, q < rxs, e < len of
-//               x[j][r * x_ry + q * x_rx + e] * w[r * w_ry + q * w_rx + e * oc_tile + o]
-// where init is y[j * y_cs + o] (accumulate), else bias[o] (zero when bias is
-// null); then y[j * y_cs + o] = acc[j][o] for j < m, o < ocn.
+//               x[j][r * x_ry + q * x_rx + e] * wt[r * w_ry + q * w_rx + e * oc_tile + o]
+// with wt = w + t * w_ts, where init is yt[j * y_cs + o] (accumulate), else
+// bias[t * oc_tile + o] (zero when bias is null); then yt[j * y_cs + o] =
+// acc[j][o] for j < m, o < ocn, with yt = y + t * oc_tile.
 //   x: m pointers, one per output pixel, at the first input element the pixel reads
 //     (channels contiguous: a segment is one filter row's ic channels, or kw*ic
 //     elements when its kw positions are adjacent in memory).
 //   w: the oc tile's packed filter (oc_tile floats per element, zero padded past
 //     the key's oc), at the element matching x.
 //   Units: all strides and lengths in floats. rows == 0 or rxs == 0 stores init.
-//   1 <= m <= ow_tile, 1 <= ocn <= oc_tile. Lanes past ocn are neither read from y
-//   or bias nor written.
+//   1 <= m <= ow_tile, 1 <= ocn <= oc_tile, tiles >= 1 (tiles > 1 only with
+//   ocn == oc_tile). Lanes past ocn are neither read from y or bias nor written.
 struct ConvTileArgs {
   const float* const* x;
   int64_t x_ry, x_rx;
   const float* w;
-  int64_t w_ry, w_rx;
+  int64_t w_ry, w_rx, w_ts;
   int64_t len, rows, rxs;
   float* y;
   int64_t y_cs;
   const float* bias;
+  int64_t tiles;
   int m, ocn;
   bool accumulate;
 };

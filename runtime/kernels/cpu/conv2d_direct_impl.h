@@ -32,62 +32,68 @@ void DirectTile(const ConvTileArgs& a) {
   constexpr int W = T::kWidth;
   static_assert(NV * W <= OCT);
   const int last = a.ocn - (NV - 1) * W;  // lanes of the last vector: 1..W
-  V acc[M][NV];
-  if (a.accumulate) {
+  const float* x[M];
 #pragma GCC unroll 16
-    for (int j = 0; j < M; ++j) {
-      const float* y = a.y + j * a.y_cs;
-#pragma GCC unroll 8
-      for (int v = 0; v + 1 < NV; ++v) acc[j][v] = T::Load(y + v * W);
-      acc[j][NV - 1] = T::LoadN(y + (NV - 1) * W, last);
-    }
-  } else {
-    V init[NV];
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) init[v] = T::Zero();
-    if (a.bias) {
-#pragma GCC unroll 8
-      for (int v = 0; v + 1 < NV; ++v) init[v] = T::Load(a.bias + v * W);
-      init[NV - 1] = T::LoadN(a.bias + (NV - 1) * W, last);
-    }
-#pragma GCC unroll 16
-    for (int j = 0; j < M; ++j)
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[j][v] = init[v];
-  }
-
+  for (int j = 0; j < M; ++j) x[j] = a.x[j];
   const int64_t len = a.len;
-  for (int64_t r = 0; r < a.rows; ++r) {
-    for (int64_t q = 0; q < a.rxs; ++q) {
-      const int64_t xo = r * a.x_ry + q * a.x_rx;
-      const float* w = a.w + r * a.w_ry + q * a.w_rx;
-      const float* x[M];
+  for (int64_t t = 0; t < a.tiles; ++t) {
+    float* const yt = a.y + t * OCT;
+    V acc[M][NV];
+    if (a.accumulate) {
 #pragma GCC unroll 16
-      for (int j = 0; j < M; ++j) x[j] = a.x[j] + xo;
+      for (int j = 0; j < M; ++j) {
+        const float* y = yt + j * a.y_cs;
+#pragma GCC unroll 8
+        for (int v = 0; v + 1 < NV; ++v) acc[j][v] = T::Load(y + v * W);
+        acc[j][NV - 1] = T::LoadN(y + (NV - 1) * W, last);
+      }
+    } else {
+      V init[NV];
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) init[v] = T::Zero();
+      if (a.bias) {
+        const float* b = a.bias + t * OCT;
+#pragma GCC unroll 8
+        for (int v = 0; v + 1 < NV; ++v) init[v] = T::Load(b + v * W);
+        init[NV - 1] = T::LoadN(b + (NV - 1) * W, last);
+      }
+#pragma GCC unroll 16
+      for (int j = 0; j < M; ++j)
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) acc[j][v] = init[v];
+    }
+
+    const float* const wt = a.w + t * a.w_ts;
+    for (int64_t r = 0; r < a.rows; ++r) {
+      for (int64_t q = 0; q < a.rxs; ++q) {
+        // One segment: input elements [xo, xo + len) of every pixel, one shared index.
+        const int64_t xo = r * a.x_ry + q * a.x_rx;
+        const float* w = wt + r * a.w_ry + q * a.w_rx;
 #pragma GCC unroll 4
-      for (int64_t e = 0; e < len; ++e) {
-        V wv[NV];
+        for (int64_t e = xo; e < xo + len; ++e, w += OCT) {
+          V wv[NV];
 #pragma GCC unroll 8
-        for (int v = 0; v < NV; ++v) wv[v] = T::Load(w + e * OCT + v * W);
+          for (int v = 0; v < NV; ++v) wv[v] = T::Load(w + v * W);
 #pragma GCC unroll 16
-        for (int j = 0; j < M; ++j) {
-          const V xv = T::Bcast(x[j] + e);
+          for (int j = 0; j < M; ++j) {
+            const V xv = T::Bcast(x[j] + e);
 #pragma GCC unroll 8
-          for (int v = 0; v < NV; ++v) acc[j][v] = T::Fma(xv, wv[v], acc[j][v]);
+            for (int v = 0; v < NV; ++v) acc[j][v] = T::Fma(xv, wv[v], acc[j][v]);
+          }
         }
       }
     }
-  }
 
 #pragma GCC unroll 16
-  for (int j = 0; j < M; ++j) {
-    float* y = a.y + j * a.y_cs;
+    for (int j = 0; j < M; ++j) {
+      float* y = yt + j * a.y_cs;
 #pragma GCC unroll 8
-    for (int v = 0; v + 1 < NV; ++v) T::Store(y + v * W, acc[j][v]);
-    if (last == W) {
-      T::Store(y + (NV - 1) * W, acc[j][NV - 1]);
-    } else {
-      T::StoreN(y + (NV - 1) * W, acc[j][NV - 1], last);
+      for (int v = 0; v + 1 < NV; ++v) T::Store(y + v * W, acc[j][v]);
+      if (last == W) {
+        T::Store(y + (NV - 1) * W, acc[j][NV - 1]);
+      } else {
+        T::StoreN(y + (NV - 1) * W, acc[j][NV - 1], last);
+      }
     }
   }
 }

@@ -183,7 +183,8 @@ void ForEachChunk(const DirectCtx& c, const View& v, float* y_img, int64_t rb, i
   }
 }
 
-inline void RunTile(const DirectCtx& c, const Chunk& ch, int64_t t, int64_t c0, int64_t cb) {
+// Oc tiles [t, t + tiles) of one pixel tile (tiles > 1 only for full oc tiles).
+inline void RunTile(const DirectCtx& c, const Chunk& ch, int64_t t, int64_t tiles, int64_t c0, int64_t cb) {
   const Shape& s = c.s;
   ConvTileArgs a;
   a.x = ch.x;
@@ -197,6 +198,8 @@ inline void RunTile(const DirectCtx& c, const Chunk& ch, int64_t t, int64_t c0, 
   a.w = a.rows > 0 ? wt + ((ch.ry_lo * s.kw + ch.rx_lo) * s.ic + c0) * c.oct : wt;
   a.w_ry = s.kw * s.ic * c.oct;
   a.w_rx = s.ic * c.oct;
+  a.w_ts = s.K * c.oct;
+  a.tiles = tiles;
   a.y = ch.y + t * c.oct;
   a.y_cs = s.oc;
   a.bias = c.bias ? c.bias + t * c.oct : nullptr;
@@ -246,10 +249,13 @@ void ComputeImage(const DirectCtx& c, int tid, int64_t b, int64_t r0, int64_t r1
         const int64_t cb = std::min(c.icb, s.ic - c0);
         if (c.loop == kLoopPixelsInner) {
           for (int64_t t = ob; t < oe; ++t)
-            ForEachChunk(c, v, y_img, rb, re, c0, [&](const Chunk& ch) { RunTile(c, ch, t, c0, cb); });
+            ForEachChunk(c, v, y_img, rb, re, c0, [&](const Chunk& ch) { RunTile(c, ch, t, 1, c0, cb); });
         } else {
+          // The full oc tiles of the block in one call, a partial last tile in its own.
+          const int64_t full = std::min(oe, s.oc / c.oct) - ob;
           ForEachChunk(c, v, y_img, rb, re, c0, [&](const Chunk& ch) {
-            for (int64_t t = ob; t < oe; ++t) RunTile(c, ch, t, c0, cb);
+            if (full > 0) RunTile(c, ch, ob, full, c0, cb);
+            for (int64_t t = ob + std::max<int64_t>(full, 0); t < oe; ++t) RunTile(c, ch, t, 1, c0, cb);
           });
         }
       }

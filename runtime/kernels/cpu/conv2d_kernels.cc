@@ -104,9 +104,13 @@ void DirectFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInf
   const int64_t icb_eff = std::min<int64_t>(p[kDirIcBlock], d.ic);
   const int64_t ocb = std::clamp<int64_t>(budget / (per_channel * icb_eff * oct), 1, tiles) * oct;
   p[kDirOcBlock] = std::min(LargestAtMost(v.params[kDirOcBlock], ocb), Covering(v.params[kDirOcBlock], tiles * oct));
-  p[kDirRows] = Covering(v.params[kDirRows], d.oh);
+  // Rows per block: the input window of a block (what pad_copy copies) in a quarter of the L2.
+  const int64_t row_bytes = d.w * d.ic * int64_t{sizeof(float)};
+  const int64_t rows = (L2Bytes(device) / 4 / std::max<int64_t>(1, row_bytes) - d.kh) / d.sh + 1;
+  p[kDirRows] = std::min(LargestAtMost(v.params[kDirRows], std::max<int64_t>(1, rows)),
+                         Covering(v.params[kDirRows], d.oh));
   p[kDirLoop] = kLoopOcInner;
-  p[kDirPadCopy] = d.ow < 3 * owt ? 1 : 0;
+  p[kDirPadCopy] = (d.ph > 0 || d.pw > 0) && d.ow < 3 * owt ? 1 : 0;
   const int32_t threads = ThreadsForWork(key, device);
   p[kDirThreads] = threads;
   p[kDirPar] = kConvParRows;
