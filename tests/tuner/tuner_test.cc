@@ -124,6 +124,51 @@ TEST(TunerTest, EveryStrategyFillsABundleThatHits) {
   }
 }
 
+// conv2d keys tune like gemm keys, in one run beside them: the measurer checks every
+// candidate against the double reference (a constant-weights key with its filter
+// packed outside the timed calls), one cost model per op, and the bundle's conv2d
+// entries hit in a runtime (a plan for the constant-weights key).
+TEST(TunerTest, Conv2dKeysTuneBesideGemmKeysIntoABundleThatHits) {
+  OpKey packed = OpKey::Conv2d(1, 9, 9, 8, 16, 3, 3, 1, 1, 1, 1);
+  packed.constant_weights = true;
+  const std::vector<OpKey> keys = {packed, OpKey::Conv2d(2, 7, 6, 3, 10, 1, 1, 2, 2, 0, 0), OpKey::Gemm(16, 32, 24)};
+  const std::string log = TempPath("conv.jsonl");
+  TunerOptions o = Fast(keys, "xgb", 8, log);
+  auto res = Tune(o);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  ASSERT_EQ(res->bundle.entries.size(), keys.size());
+  for (const auto& s : res->summaries) {
+    EXPECT_EQ(s.trials, 8) << s.key.ToString();
+    EXPECT_GT(s.default_us, 0) << s.key.ToString();
+  }
+  auto contents = ReadTuningLog(log);
+  ASSERT_TRUE(contents.ok()) << contents.status().ToString();
+  int conv_ok = 0;
+  for (const auto& r : contents->records) {
+    if (r.key.op != OpKind::kConv2d) continue;
+    EXPECT_TRUE(r.ok) << r.key.ToString() << " " << r.schedule.variant << ": " << r.error;
+    conv_ok += r.ok;
+  }
+  EXPECT_GE(conv_ok, 16);
+  auto rt = Runtime::Create();
+  ASSERT_TRUE(rt.ok());
+  auto rep = (*rt)->LoadBundleBuffer(SerializeBundle(res->bundle), "conv.cgb");
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_TRUE(rep->rejected.empty()) << rep->rejected[0].message;
+  for (const auto& k : keys) {
+    auto r = (*rt)->Resolve(k);
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->hit) << k.ToString();
+  }
+  OpKey per_call = packed;
+  per_call.constant_weights = false;
+  std::vector<float> w(size_t(16 * 3 * 3 * 8), 0.5f);
+  auto plan = (*rt)->PlanConv2d(per_call, w.data(), ConvWeightLayout::kOihw);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_TRUE(plan->hit());
+  std::remove(log.c_str());
+}
+
 // Scripted times, no kernel run: a schedule's time is a fixed function of its text;
 // the default takes `default_us`; an interleaved re-measurement adds `remeasure_add`.
 class FakeMeasurer final : public Measurer {
