@@ -43,4 +43,27 @@ std::string HumanMicros(double us) {
   return fmt::format("{:.2f} s", us / 1e6);
 }
 
+std::string DeviceDifferences(const DeviceInfo& bundle, const DeviceInfo& here) {
+  std::vector<std::string> diffs;
+  auto text = [&](const char* what, std::string_view theirs, std::string_view ours) {
+    if (theirs != ours) diffs.push_back(fmt::format("{} '{}' (here '{}')", what, theirs, ours));
+  };
+  text("backend", BackendName(bundle.backend), BackendName(here.backend));
+  text("vendor", bundle.vendor, here.vendor);
+  text("name", bundle.name, here.name);
+  text("arch", bundle.arch, here.arch);
+  for (const auto& prop : bundle.properties) {
+    if (prop.first == "isa") continue;
+    const auto it = std::find_if(here.properties.begin(), here.properties.end(),
+                                 [&](const auto& p) { return p.first == prop.first; });
+    if (it == here.properties.end()) diffs.push_back(fmt::format("{} {} (here none)", prop.first, prop.second));
+    else if (it->second != prop.second)
+      diffs.push_back(fmt::format("{} {} (here {})", prop.first, prop.second, it->second));
+  }
+  if (diffs.empty()) return "the properties it lists match; its fingerprint does not";
+  std::string out;
+  for (const auto& d : diffs) out += (out.empty() ? "" : ", ") + d;
+  return out;
+}
+
 }  // namespace cliffguard::cli

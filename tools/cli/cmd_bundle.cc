@@ -29,31 +29,6 @@ std::string FormatSchedule(const NamedSchedule& s) {
   return out;
 }
 
-// What a bundle's device and the nearest device here differ in: "name 'A' (here 'B'),
-// threads 4 (here 2)". The ISA bits are left to `arch`, which names their level.
-std::string DeviceDifferences(const DeviceInfo& bundle, const DeviceInfo& here) {
-  std::vector<std::string> diffs;
-  auto text = [&](const char* what, std::string_view theirs, std::string_view ours) {
-    if (theirs != ours) diffs.push_back(fmt::format("{} '{}' (here '{}')", what, theirs, ours));
-  };
-  text("backend", BackendName(bundle.backend), BackendName(here.backend));
-  text("vendor", bundle.vendor, here.vendor);
-  text("name", bundle.name, here.name);
-  text("arch", bundle.arch, here.arch);
-  for (const auto& prop : bundle.properties) {
-    if (prop.first == "isa") continue;
-    const auto it = std::find_if(here.properties.begin(), here.properties.end(),
-                                 [&](const auto& p) { return p.first == prop.first; });
-    if (it == here.properties.end()) diffs.push_back(fmt::format("{} {} (here none)", prop.first, prop.second));
-    else if (it->second != prop.second)
-      diffs.push_back(fmt::format("{} {} (here {})", prop.first, prop.second, it->second));
-  }
-  if (diffs.empty()) return "the properties it lists match; its fingerprint does not";
-  std::string out;
-  for (const auto& d : diffs) out += (out.empty() ? "" : ", ") + d;
-  return out;
-}
-
 // The validation of `inspect --validate` and `pack`: every entry and op default is
 // resolved against the device here that the bundle names (the host CPU at the
 // bundle's thread budget, or a GPU), else against the device the bundle declares.

@@ -21,6 +21,7 @@ void AddMissesCommand(CLI::App& app);
 #ifdef CLIFFGUARD_WITH_TUNER
 void AddTuneCommand(CLI::App& app);
 void AddMergeCommand(CLI::App& app);
+void AddCompareCommand(CLI::App& app);
 void AddMeasureWorkerCommand(CLI::App& app);  // hidden: the body of spawned measurement workers
 #endif
 

@@ -79,6 +79,7 @@ int main(int argc, char** argv) {
 #ifdef CLIFFGUARD_WITH_TUNER
   AddTuneCommand(app);
   AddMergeCommand(app);
+  AddCompareCommand(app);
   AddMeasureWorkerCommand(app);
 #endif
   // CLI11 reports an unknown command as a missing one: name it and list the commands.
