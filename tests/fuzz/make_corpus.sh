@@ -59,12 +59,29 @@ specs["other_device"] = b
 b = copy.deepcopy(base)
 b["entries"] = [entry("gemm f32 nn m=%d n=768 k=768" % m, sched(v), 10.0 + m, 20.0 + m) for m in (1, 2, 4, 16, 64, 384)]
 specs["host_bert"] = b
+# conv2d entries: the host's direct variant with every parameter set, the portable
+# reference, a constant-weights key, an op default, and one bad parameter.
+cv = {"avx512": ("cpu_f32_conv2d_direct_64x6__avx512", 64), "avx2": ("cpu_f32_conv2d_direct_16x6__avx2", 16)}.get(
+    isa, ("cpu_f32_conv2d_ref__scalar", 0))
+b = copy.deepcopy(base)
+direct = sched(cv[0], oc_block=cv[1] * 2, ic_block=32, rows=4, loop=1, pad_copy=1, par=1, threads=2) if cv[1] else sched(cv[0])
+b["entries"] = [
+  entry("conv2d f32 nhwc n=1 h=56 w=56 ic=64 oc=64 kh=3 kw=3 sh=1 sw=1 ph=1 pw=1", direct, 900.0, 1100.0, 32),
+  entry("conv2d f32 nhwc n=1 h=56 w=56 ic=64 oc=128 kh=1 kw=1 sh=2 sw=2 ph=0 pw=0 weights=constant",
+        sched(cv[0], ic_block=64) if cv[1] else sched(cv[0])),
+  entry("conv2d f32 nhwc n=3 h=7 w=9 ic=5 oc=17 kh=5 kw=3 sh=3 sw=1 ph=2 pw=1", sched("cpu_f32_conv2d_ref__scalar")),
+  entry("conv2d f32 nhwc n=1 h=8 w=8 ic=4 oc=4 kh=3 kw=3 sh=1 sw=1 ph=1 pw=1", sched(cv[0], threads=3)),
+  entry("gemm f32 nn m=16 n=32 k=24", sched(v)),
+]
+b["defaults"] = [{"op": "conv2d", "dtype": "f32", "schedule": sched("cpu_f32_conv2d_ref__scalar")}]
+specs["host_conv"] = b
 for name, s in specs.items():
     with open(os.path.join(out, name + ".json"), "w") as f:
         json.dump(s, f, indent=2); f.write("\n")
 PY
 for f in "$c"/fuzz_bundle_json/*.json; do
-  "$cli" pack "$f" -o "$c/fuzz_bundle_load/$(basename "$f" .json).cgb" >/dev/null
+  # --no-validate: some seeds hold entries this build rejects, on purpose.
+  "$cli" pack --no-validate "$f" -o "$c/fuzz_bundle_load/$(basename "$f" .json).cgb" >/dev/null
 done
 # An older-schema-compatible minimum and a truncated file (verification must refuse it).
 head -c 100 "$c/fuzz_bundle_load/host_mixed.cgb" > "$c/fuzz_bundle_load/truncated.cgb"
@@ -76,6 +93,8 @@ head -c 100 "$c/fuzz_bundle_load/host_mixed.cgb" > "$c/fuzz_bundle_load/truncate
   --miss-report "$c/fuzz_miss_report/rejected.json" >/dev/null 2>&1
 "$cli" run --threads 2 --bundle "$c/fuzz_bundle_load/host_mixed.cgb" --shape 1,1,1 --iters 2 \
   --miss-report "$c/fuzz_miss_report/no_misses.json" >/dev/null 2>&1
+"$cli" run --threads 2 --bundle "$c/fuzz_bundle_load/host_conv.cgb" --shape 1,8,8,4,4,3,1 --shape 2,9,7,3,5,3,2 \
+  --shape 1,6,6,8,8,1,1,0 --iters 2 --miss-report "$c/fuzz_miss_report/conv.json" >/dev/null 2>&1
 
 cat > "$c/fuzz_workload/plain.txt" <<'W'
 # BERT-base FFN
@@ -87,6 +106,12 @@ conv2d f32 nhwc n=1 h=56 w=56 ic=64 oc=64 kh=3 kw=3 sh=1 sw=1 ph=1 pw=1
 W
 printf '["gemm f32 nn m=128 n=3072 k=768", "gemm f32 tt m=1 n=2 k=3"]\n' > "$c/fuzz_workload/array.json"
 printf '16,3072,768,nt' > "$c/fuzz_workload/shape.txt"
+cat > "$c/fuzz_workload/conv.txt" <<'W'
+# ResNet-18 C1, C5 (N,H,W,IC,OC,K,S[,P]) and a canonical conv2d key with constant weights
+1,224,224,3,64,7,2
+1,56,56,64,128,1,2,0
+conv2d f32 nhwc n=1 h=7 w=7 ic=512 oc=512 kh=3 kw=3 sh=1 sw=1 ph=1 pw=1 weights=constant
+W
 
 python3 - "$c/fuzz_tuning_log" "$(echo "$dev" | python3 -c 'import json,sys; print(json.load(sys.stdin)["fingerprint"])')" <<'PY'
 import json, sys, os
@@ -102,5 +127,8 @@ lines = [rec("default", -1), rec("trial", 0), rec("trial", 1, ok=False), rec("re
 open(os.path.join(out, "log.jsonl"), "w").write("\n".join(lines) + "\n")
 open(os.path.join(out, "partial_last.jsonl"), "w").write("\n".join(lines) + "\n" + lines[1][:40])
 open(os.path.join(out, "one.jsonl"), "w").write(lines[1] + "\n")
+conv = rec("trial", 2, key="conv2d f32 nhwc n=1 h=14 w=14 ic=32 oc=32 kh=3 kw=3 sh=1 sw=1 ph=1 pw=1 weights=constant",
+           schedule={"variant": "cpu_f32_conv2d_ref__scalar", "params": {"threads": 1}})
+open(os.path.join(out, "conv.jsonl"), "w").write(conv + "\n" + lines[0] + "\n")
 PY
 echo "seed corpora written under $c"
