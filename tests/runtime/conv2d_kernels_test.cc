@@ -6,6 +6,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -179,6 +180,48 @@ void RandomSchedules(const KernelVariant& v) {
   }
 }
 
+// Every value of every parameter that check() accepts for the key, the others at
+// their fitted defaults.
+void EveryParamValue(const KernelVariant& v) {
+  const std::vector<Dims> shapes = {{1, 6, 7, 96, 80, 3, 3, 1, 1, 1, 1}, {1, 9, 8, 40, 72, 1, 1, 2, 1, 0, 0}};
+  int i = 0, tested = 0;
+  for (const Dims& d : shapes) {
+    const OpKey key = KeyOf(d);
+    if (!Supports(v, key)) continue;
+    const Schedule base = VariantDefaultSchedule(v, key, Host());
+    for (size_t p = 0; p < v.params.size(); ++p)
+      for (int32_t value : v.params[p].values) {
+        Schedule s = base;
+        s.params[p] = value;
+        if (!CheckSchedule(s, key, Host()).ok()) continue;
+        Conv2dTester t;
+        t.key(key).bias(i % 2 == 0).layout(i % 3 ? ConvWeightLayout::kOhwi : ConvWeightLayout::kOihw);
+        t.packed_weights(i % 4 == 1).seed(i++);
+        ++tested;
+        if (!t.Test(s)) return;
+      }
+  }
+  EXPECT_GT(tested, 0);
+}
+
+// Several application threads calling at once (the pool serves one call at a time:
+// the others run on their callers alone).
+void ConcurrentCallers(const KernelVariant& v) {
+  const std::vector<Dims> shapes = {{2, 9, 11, 13, 21, 3, 3, 1, 1, 1, 1}, {1, 12, 10, 24, 17, 1, 1, 1, 1, 0, 0}};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < 3; ++c)
+    threads.emplace_back([&v, &shapes, c] {
+      for (int i = 0; i < 4; ++i) {
+        const OpKey key = KeyOf(shapes[(c + i) % shapes.size()]);
+        if (!Supports(v, key)) continue;
+        Conv2dTester t;
+        t.key(key).bias(true).packed_weights(i % 2 == 1).seed(c * 10 + i);
+        if (!t.Test(With(v, key, {{"threads", MaxHostThreads()}}))) return;
+      }
+    });
+  for (auto& t : threads) t.join();
+}
+
 // Every `par` and loop order on the host's threads (1 and 2), batch 1 and 3.
 void Threads(const KernelVariant& v) {
   const std::vector<Dims> shapes = {{3, 10, 11, 7, 40, 3, 3, 1, 1, 1, 1}, {1, 9, 9, 16, 50, 1, 1, 2, 2, 0, 0},
@@ -295,6 +338,14 @@ void DefaultSchedules(const KernelVariant& v) {
   TEST(name, DefaultSchedules) {      \
     CG_REQUIRE_VARIANT(v, #name);     \
     DefaultSchedules(*v);             \
+  }                                   \
+  TEST(name, EveryParamValue) {       \
+    CG_REQUIRE_VARIANT(v, #name);     \
+    EveryParamValue(*v);              \
+  }                                   \
+  TEST(name, ConcurrentCallers) {     \
+    CG_REQUIRE_VARIANT(v, #name);     \
+    ConcurrentCallers(*v);            \
   }
 #define CG_CONV2D_GEMM(isa, name, algo, gemm, mr, nr) CG_CONV2D_TESTS(name)
 #define CG_CONV2D_DIRECT(isa, name, oc_tile, ow_tile) CG_CONV2D_TESTS(name)
@@ -361,6 +412,7 @@ TEST(cpu_f32_conv2d_direct_64x6__lanes16, PackedWeights) { PackedWeights(Lanes16
 TEST(cpu_f32_conv2d_direct_64x6__lanes16, RandomSchedules) { RandomSchedules(Lanes16Variant()); }
 TEST(cpu_f32_conv2d_direct_64x6__lanes16, Threads) { Threads(Lanes16Variant()); }
 TEST(cpu_f32_conv2d_direct_64x6__lanes16, RandomKeys) { RandomKeys(Lanes16Variant()); }
+TEST(cpu_f32_conv2d_direct_64x6__lanes16, EveryParamValue) { EveryParamValue(Lanes16Variant()); }
 
 // ---- The table ----------------------------------------------------------------------
 
