@@ -306,6 +306,14 @@ void DefaultSchedules(const KernelVariant& v) {
       const Schedule s = VariantDefaultSchedule(v, key, d);
       const Status st = CheckSchedule(s, key, d);
       EXPECT_TRUE(st.ok()) << key.ToString() << " threads=" << threads << ": " << st.ToString();
+      if (!v.candidates) continue;
+      const std::vector<ParamValues> cands = v.candidates(v, key, d);
+      ASSERT_FALSE(cands.empty()) << key.ToString();
+      EXPECT_EQ(cands.front(), s.params) << key.ToString() << ": the first candidate is the fitted default";
+      for (const ParamValues& p : cands) {
+        const Status cs = CheckSchedule(Schedule{&v, p}, key, d);
+        EXPECT_TRUE(cs.ok()) << key.ToString() << " threads=" << threads << ": " << cs.ToString();
+      }
     }
   }
   const OpKey small = OpKey::Conv2d(1, 14, 14, 32, 48, 1, 1, 1, 1, 0, 0);
@@ -413,6 +421,7 @@ TEST(cpu_f32_conv2d_direct_64x6__lanes16, RandomSchedules) { RandomSchedules(Lan
 TEST(cpu_f32_conv2d_direct_64x6__lanes16, Threads) { Threads(Lanes16Variant()); }
 TEST(cpu_f32_conv2d_direct_64x6__lanes16, RandomKeys) { RandomKeys(Lanes16Variant()); }
 TEST(cpu_f32_conv2d_direct_64x6__lanes16, EveryParamValue) { EveryParamValue(Lanes16Variant()); }
+TEST(cpu_f32_conv2d_direct_64x6__lanes16, DefaultSchedules) { DefaultSchedules(Lanes16Variant()); }
 
 // ---- The table ----------------------------------------------------------------------
 

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstring>
 #include <span>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -121,6 +122,37 @@ void DirectFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInf
       p[kDirPar] = kConvParBatch;
     }
   }
+}
+
+// Proposals beside the tuner's search: the fitted defaults, then each of them with
+// one choice flipped (loop order, pad copy, half or double the oc block, other
+// thread splits, other thread counts); only those check() accepts, no duplicates.
+std::vector<ParamValues> DirectCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
+  ParamValues base{};
+  for (size_t i = 0; i < v.params.size(); ++i) base[i] = v.params[i].default_value;
+  DirectFitDefaults(v, key, device, base);
+  std::vector<ParamValues> out;
+  auto add = [&](ParamValues p) {
+    if (std::find(out.begin(), out.end(), p) != out.end()) return;
+    Schedule s{&v, p};
+    if (CheckSchedule(s, key, device).ok()) out.push_back(p);
+  };
+  add(base);
+  auto with = [&](int index, int32_t value) {
+    ParamValues p = base;
+    p[index] = value;
+    add(p);
+  };
+  with(kDirLoop, 1 - base[kDirLoop]);
+  with(kDirPadCopy, 1 - base[kDirPadCopy]);
+  const auto& ocb = v.params[kDirOcBlock].values;
+  const auto at = std::find(ocb.begin(), ocb.end(), base[kDirOcBlock]);
+  if (at != ocb.begin()) with(kDirOcBlock, *(at - 1));
+  if (at + 1 < ocb.end()) with(kDirOcBlock, *(at + 1));
+  for (int32_t par : kConvParValues) with(kDirPar, par);
+  for (int32_t t : kGemmThreadValues)
+    if (t <= device.threads) with(kDirThreads, t);
+  return out;
 }
 
 size_t DirectPackedBytes(const KernelVariant& self, const OpKey& key, const ParamValues& /*params*/) {
@@ -245,7 +277,7 @@ std::span<const KernelVariant> CpuConv2dVariants() {
 #define CG_CONV2D_DIRECT(isa, name, oc_tile, ow_tile)                                                        \
   {#name, Backend::kCpu, OpKind::kConv2d, DType::kF32, isa, Conv2dDirectParamSet<oc_tile>::kSpecs, nullptr, \
    &DirectCheck, &DirectFitDefaults, {.conv2d = &DirectEntry<&name##_tile>}, {.conv2d = {oc_tile, ow_tile}}, \
-   nullptr, nullptr, &DirectPackedBytes, &DirectPackWeights},
+   &DirectCandidates, nullptr, &DirectPackedBytes, &DirectPackWeights},
 #define CG_CONV2D_REF(isa, name)                                                                              \
   {#name, Backend::kCpu, OpKind::kConv2d, DType::kF32, isa, kConv2dRefSpecs, nullptr, &RefCheck,            \
    &RefFitDefaults, {.conv2d = &name##_run}, {.conv2d = {1, 1}}, nullptr, nullptr, &RefPackedBytes, &RefPack},
