@@ -485,6 +485,19 @@ TEST(CpuConv2dTable, ReferenceSupportsEveryValidKey) {
   EXPECT_GT(valid, 500);
 }
 
+// Callers walk every variant with keys of any op: a gemm key leaves a conv2d
+// variant's declared defaults as they are and is refused by check().
+TEST(CpuConv2dTable, ForeignKeysAreHarmless) {
+  const OpKey gemm = OpKey::Gemm(16, 64, 32);
+  for (const auto& v : cpu::CpuConv2dVariants()) {
+    if (std::string(v.name) == "cpu_f32_conv2d_onednn") continue;  // conv2d_library.h's rules
+    const Schedule s = VariantDefaultSchedule(v, gemm, Host());
+    EXPECT_EQ(s, Schedule::Defaults(v)) << v.name;
+    if (v.candidates) EXPECT_TRUE(v.candidates(v, gemm, Host()).empty()) << v.name;
+    EXPECT_FALSE(CheckSchedule(s, gemm, Host()).ok()) << v.name;
+  }
+}
+
 TEST(CpuConv2dTable, OneByOneDeclinesOtherKeys) {
   for (const char* name : {"cpu_f32_conv2d_1x1_16x6__avx2", "cpu_f32_conv2d_1x1_32x8__avx512"}) {
     const KernelVariant* v = FindKernelVariant(name);

@@ -63,6 +63,10 @@ Status CheckCovering(const KernelVariant& v, const ParamValues& p, int index, in
   return Status::Ok();
 }
 
+// fit_defaults may be asked about any key (callers walk every variant): only
+// valid conv2d keys are fitted, others keep the declared defaults.
+bool FittableKey(const OpKey& key) { return key.op == OpKind::kConv2d && key.Validate().ok(); }
+
 Status CheckF32(const KernelVariant& self, const Conv2dArgs& args) {
   if (args.dtype != DType::kF32)
     return Unimplemented(fmt::format("{}: runs f32, not {}", self.name, DTypeName(args.dtype)));
@@ -81,6 +85,7 @@ Status DirectEntry(const KernelVariant& self, const Conv2dArgs& args, const Para
 }
 
 Status DirectCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device) {
+  if (!FittableKey(key)) return InvalidArgument(fmt::format("{}: {} is not a valid conv2d key", v.name, key.ToString()));
   const Dims d = Dims::Of(key);
   const int oct = v.config.conv2d.oc_tile;
   CG_RETURN_IF_ERROR(CheckThreads(v, p, kDirThreads, device));
@@ -108,6 +113,7 @@ int32_t BalancedBlock(const ParamSpec& p, int64_t extent, int64_t limit) {
 // (tiles then run on across rows); threads from the shape's work, split over
 // output rows unless there are few of them.
 void DirectFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
+  if (!FittableKey(key)) return;
   const Dims d = Dims::Of(key);
   const int oct = v.config.conv2d.oc_tile, owt = v.config.conv2d.ow_tile;
   const int64_t tiles = CeilDiv(d.oc, oct);
@@ -138,6 +144,7 @@ void DirectFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInf
 // one choice flipped (loop order, pad copy, half or double the oc block, other
 // thread splits, other thread counts); only those check() accepts, no duplicates.
 std::vector<ParamValues> DirectCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
+  if (!FittableKey(key)) return {};
   ParamValues base{};
   for (size_t i = 0; i < v.params.size(); ++i) base[i] = v.params[i].default_value;
   DirectFitDefaults(v, key, device, base);
@@ -215,6 +222,7 @@ Status GemmConvCheck(const KernelVariant& v, const OpKey& /*key*/, const ParamVa
 // fits in half the L2 (a 1x1 key without stride or padding reads its rows in
 // place: long blocks); threads from the shape's work.
 void GemmConvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
+  if (!FittableKey(key)) return;
   const Dims d = Dims::Of(key);
   const int64_t k = d.kh * d.kw * d.ic;
   const bool dense = d.kh == 1 && d.kw == 1 && d.sh == 1 && d.sw == 1 && d.ph == 0 && d.pw == 0;
@@ -243,6 +251,7 @@ Status RefCheck(const KernelVariant& v, const OpKey& /*key*/, const ParamValues&
 }
 
 void RefFitDefaults(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
+  if (!FittableKey(key)) return;
   p[0] = ThreadsForWork(key, device);
 }
 
