@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Tunes a whole network (bench/workloads/network.txt: ResNet-18's 12 convolutions and
-# BERT-base's 4 layer GEMMs) within a wall-time budget, then again with 10x that
+# Tunes a whole network (ResNet-18's 12 convolutions, bench/workloads/resnet18.txt, and
+# BERT-base's 4 layer GEMMs, bench/workloads/bert_base_layers.txt) within a wall-time budget, then again with 10x that
 # budget, and measures both bundles' schedules side by side (`cliffguard compare`):
 # how close the short run gets to what ten times the time finds, per key.
 #   bench/network.sh THREADS BUDGET_S       e.g. bench/network.sh 1 900
@@ -14,7 +14,8 @@ cg=$build/tools/cliffguard
 out=out/network/t$threads
 mkdir -p "$out"
 rm -f "$out"/short.jsonl "$out"/long.jsonl
-common=(--workload bench/workloads/network.txt --constant-weights --threads "$threads" --strategy xgb
+cat bench/workloads/resnet18.txt bench/workloads/bert_base_layers.txt > "$out"/network.txt
+common=(--workload "$out"/network.txt --constant-weights --threads "$threads" --strategy xgb
         --trials 100000 --seed 1)
 run() {  # NAME BUDGET
   local start end

@@ -71,21 +71,6 @@ Schedule With(const KernelVariant& v, const OpKey& key, const std::vector<std::p
   }
   const int t = v.ParamIndex("threads");
   if (t >= 0) s.params[t] = std::min<int32_t>(s.params[t], Host().threads);
-  // Block parameters at most the first value covering the key's extent (check()
-  // refuses larger ones: they repeat that schedule).
-  const Conv2dOutput o = Conv2dOutputDims(key);
-  const int64_t oct = v.config.conv2d.oc_tile;
-  const std::pair<const char*, int64_t> extents[] = {
-      {"oc_block", (key.dims[4] + oct - 1) / oct * oct}, {"ic_block", key.dims[3]}, {"rows", o.oh}};
-  for (const auto& [name, extent] : extents) {
-    const int i = v.ParamIndex(name);
-    if (i < 0) continue;
-    for (int32_t value : v.params[i].values)
-      if (value >= extent) {
-        s.params[i] = std::min(s.params[i], value);
-        break;
-      }
-  }
   return s;
 }
 
@@ -528,9 +513,18 @@ TEST(CpuConv2dTable, CheckNamesValueAndRule) {
     return st.message();
   };
   EXPECT_NE(message({{"threads", 4}}).find("threads=4 must be <= device threads=2"), std::string::npos);
-  EXPECT_NE(message({{"oc_block", 64}}).find("oc_block=64 exceeds"), std::string::npos);
-  EXPECT_NE(message({{"ic_block", 48}}).find("ic_block=48 exceeds ic=20: at most 32"), std::string::npos);
-  EXPECT_NE(message({{"rows", 24}}).find("rows=24 exceeds output rows=14: at most 16"), std::string::npos);
+  // Blocks beyond their extent are valid (the kernel clamps them) and redundant:
+  // the search skips them, bundles may use them.
+  for (const auto& [name, value] : std::vector<std::pair<std::string, int32_t>>{
+           {"oc_block", 64}, {"ic_block", 48}, {"rows", 24}, {"ic_block", 4096}, {"rows", 4096}}) {
+    Schedule s = VariantDefaultSchedule(*v, key, d);
+    s.params[v->ParamIndex(name)] = value;
+    EXPECT_TRUE(CheckSchedule(s, key, d).ok()) << name << "=" << value;
+    ASSERT_NE(v->redundant, nullptr);
+    EXPECT_TRUE(v->redundant(*v, key, s.params)) << name << "=" << value;
+  }
+  EXPECT_FALSE(v->redundant(*v, key, VariantDefaultSchedule(*v, key, d).params));
+  EXPECT_TRUE(CheckSchedule(Schedule::Defaults(*v), key, d).ok());
 }
 
 TEST(CpuConv2dTable, DefaultScheduleResolvesAndRuns) {

@@ -162,8 +162,12 @@ StatusOr<Knobs> SearchSpace::FromSchedule(const Schedule& s) const {
 
 Status SearchSpace::Check(const Knobs& k) const {
   const KernelVariant& v = *variants_[k.variant];
-  if (!v.check) return Status::Ok();
-  return v.check(v, key_, ToSchedule(k).params, device_);
+  const Schedule s = ToSchedule(k);
+  if (v.check) CG_RETURN_IF_ERROR(v.check(v, key_, s.params, device_));
+  if (v.redundant && v.redundant(v, key_, s.params))
+    return InvalidArgument(fmt::format("{}: {} runs as a schedule of smaller blocks does (skipped by the search)",
+                                       v.name, s.ToString()));
+  return Status::Ok();
 }
 
 Knobs SearchSpace::SampleAny(std::mt19937_64& rng) const { return FromId(UniformBelow(rng, size_)); }

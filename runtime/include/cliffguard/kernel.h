@@ -178,6 +178,12 @@ using CandidateFn = std::vector<ParamValues> (*)(const KernelVariant& self, cons
 // Scratch memory (bytes) one call with these parameters needs from the caller.
 using WorkspaceFn = size_t (*)(const KernelVariant& self, const OpKey& key, const ParamValues& params);
 
+// Whether these (valid) parameter values run exactly as a schedule of smaller values
+// does for this key, e.g. a block larger than the extent it blocks: the tuner's
+// search skips such points (they would spend trials on repeats), while bundles,
+// defaults and hand-written schedules may still use them.
+using RedundantFn = bool (*)(const KernelVariant& self, const OpKey& key, const ParamValues& params);
+
 // Constant weights (gemm: B), packed once ahead of every call into the layout this
 // variant reads under these parameters (GemmArgs::packed_b). Bytes of that layout:
 using PackedWeightsBytesFn = size_t (*)(const KernelVariant& self, const OpKey& key, const ParamValues& params);
@@ -221,6 +227,7 @@ struct KernelVariant {
   // built-in default: DefaultSchedule tries such variants first, in table order,
   // then every variant in table order. 0: table order only.
   uint8_t default_for_classes = 0;
+  RedundantFn redundant = nullptr;  // optional: points the search skips
 
   int ParamIndex(std::string_view param_name) const;  // -1 when absent
 };

@@ -54,13 +54,10 @@ Status CheckThreads(const KernelVariant& v, const ParamValues& p, int index, con
   return Status::Ok();
 }
 
-// A block parameter no larger than the first value that covers the key's extent.
-Status CheckCovering(const KernelVariant& v, const ParamValues& p, int index, int64_t extent, const char* what) {
-  const int32_t cover = Covering(v.params[index], extent);
-  if (p[index] > cover)
-    return InvalidArgument(fmt::format("{}: {}={} exceeds {}={}: at most {} (larger blocks repeat that schedule)",
-                                       v.name, v.params[index].name, p[index], what, extent, cover));
-  return Status::Ok();
+// Whether a block parameter is larger than the first value that covers the key's
+// extent (the kernel clamps it to the extent: it runs as that value does).
+bool BeyondCovering(const KernelVariant& v, const ParamValues& p, int index, int64_t extent) {
+  return p[index] > Covering(v.params[index], extent);
 }
 
 // fit_defaults may be asked about any key (callers walk every variant): only
@@ -86,13 +83,16 @@ Status DirectEntry(const KernelVariant& self, const Conv2dArgs& args, const Para
 
 Status DirectCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device) {
   if (!FittableKey(key)) return InvalidArgument(fmt::format("{}: {} is not a valid conv2d key", v.name, key.ToString()));
+  return CheckThreads(v, p, kDirThreads, device);
+}
+
+// Blocks beyond the extent they block (oc rounded up to the oc tile, ic, output rows).
+bool DirectRedundant(const KernelVariant& v, const OpKey& key, const ParamValues& p) {
+  if (!FittableKey(key)) return false;
   const Dims d = Dims::Of(key);
   const int oct = v.config.conv2d.oc_tile;
-  CG_RETURN_IF_ERROR(CheckThreads(v, p, kDirThreads, device));
-  CG_RETURN_IF_ERROR(CheckCovering(v, p, kDirOcBlock, CeilDiv(d.oc, oct) * oct, "oc rounded up to the oc tile"));
-  CG_RETURN_IF_ERROR(CheckCovering(v, p, kDirIcBlock, d.ic, "ic"));
-  CG_RETURN_IF_ERROR(CheckCovering(v, p, kDirRows, d.oh, "output rows"));
-  return Status::Ok();
+  return BeyondCovering(v, p, kDirOcBlock, CeilDiv(d.oc, oct) * oct) || BeyondCovering(v, p, kDirIcBlock, d.ic) ||
+         BeyondCovering(v, p, kDirRows, d.oh);
 }
 
 // The value of `p` for blocks of an extent whose blocks hold at most `limit`
@@ -296,7 +296,7 @@ std::span<const KernelVariant> CpuConv2dVariants() {
 #define CG_CONV2D_DIRECT(isa, name, oc_tile, ow_tile)                                                        \
   {#name, Backend::kCpu, OpKind::kConv2d, DType::kF32, isa, Conv2dDirectParamSet<oc_tile>::kSpecs, nullptr, \
    &DirectCheck, &DirectFitDefaults, {.conv2d = &DirectEntry<&name##_tile>}, {.conv2d = {oc_tile, ow_tile}}, \
-   &DirectCandidates, nullptr, &DirectPackedBytes, &DirectPackWeights},
+   &DirectCandidates, nullptr, &DirectPackedBytes, &DirectPackWeights, 0, &DirectRedundant},
 #define CG_CONV2D_REF(isa, name)                                                                              \
   {#name, Backend::kCpu, OpKind::kConv2d, DType::kF32, isa, kConv2dRefSpecs, nullptr, &RefCheck,            \
    &RefFitDefaults, {.conv2d = &name##_run}, {.conv2d = {1, 1}}, nullptr, nullptr, &RefPackedBytes, &RefPack},

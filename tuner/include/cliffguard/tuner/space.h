@@ -9,7 +9,8 @@
 //
 // A point is valid when CheckSchedule() accepts its schedule, i.e. the variant's own
 // check() passes (values are in their lists by construction; VariantSupports was
-// checked once, at Create).
+// checked once, at Create), and the variant does not call it redundant (a repeat of
+// a schedule with smaller blocks, KernelVariant::redundant).
 //
 // Thread-safety: a SearchSpace is immutable after Create; const methods may be called
 // from any number of threads (random methods take the caller's generator).
