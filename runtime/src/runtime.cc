@@ -252,7 +252,6 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
     logging::Warn("disabled (CLIFFGUARD_DISABLE=1 or RuntimeOptions.disable): every call runs the built-in default "
                   "and is counted as a miss; bundles load but are not used");
   auto impl = std::make_unique<Impl>(std::move(o), std::move(device));
-  impl->report_path = impl->options.miss_report_path;
   {
     std::lock_guard<std::mutex> lock(impl->load_mu);
     impl->RebuildLocked();  // the empty table: every call is a device miss
@@ -265,6 +264,8 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
     if (!report.ok())
       return Status(report.status().code(), fmt::format("{} names '{}': {}", origin, path, report.status().message()));
   }
+  // Only now that nothing can fail: a runtime that Create refused writes no report.
+  r->report_path = r->options.miss_report_path;
   if (r->options.miss_report_interval_s > 0 || !r->options.metrics_path.empty()) {
     static std::once_flag fork_handler;
     std::call_once(fork_handler, [] { ::pthread_atfork(WritersPrepareFork, WritersAfterFork, WritersAfterFork); });

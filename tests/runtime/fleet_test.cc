@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -26,11 +27,18 @@ using testing::HostBundle;
 using testing::Problem;
 using testing::TempFile;
 
-// Sets an environment variable for one scope.
+// Sets an environment variable for one scope, then restores what it was.
 struct ScopedEnv {
   std::string name;
-  ScopedEnv(const char* n, const std::string& v) : name(n) { ::setenv(n, v.c_str(), 1); }
-  ~ScopedEnv() { ::unsetenv(name.c_str()); }
+  std::optional<std::string> was;
+  ScopedEnv(const char* n, const std::string& v) : name(n) {
+    if (const char* old = std::getenv(n)) was = old;
+    ::setenv(n, v.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (was) ::setenv(name.c_str(), was->c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
 };
 
 OpKey Gemm(int64_t m, int64_t n, int64_t k) { return *OpKey::Parse(fmt::format("gemm f32 nn m={} n={} k={}", m, n, k)); }
@@ -437,6 +445,19 @@ TEST(FleetTest, EnvironmentSwitchesAreAppliedAndBadValuesRefused) {
     ASSERT_FALSE(rt.ok());
     EXPECT_NE(rt.status().message().find("needs a miss report path"), std::string::npos) << rt.status().message();
   }
+}
+
+// A runtime that Create refuses (here: a bundle CLIFFGUARD_BUNDLES names is missing)
+// writes no miss report: its destructor runs, but it never got the report's path.
+TEST(FleetTest, ARuntimeCreateRefusedWritesNoReport) {
+  TempFile report("refused_report.json");
+  ScopedEnv bundles("CLIFFGUARD_BUNDLES", "/nonexistent/missing.cgb");
+  ScopedEnv path("CLIFFGUARD_MISS_REPORT", report.path);
+  auto rt = Runtime::Create({.threads = 1});
+  ASSERT_FALSE(rt.ok());
+  EXPECT_NE(rt.status().message().find("CLIFFGUARD_BUNDLES names '/nonexistent/missing.cgb'"), std::string::npos)
+      << rt.status().message();
+  EXPECT_FALSE(std::filesystem::exists(report.path)) << "a report was written to " << report.path;
 }
 
 }  // namespace
