@@ -22,42 +22,50 @@ double TickClock::TicksPerMicrosecond() const {
   return us > 0 ? double(ticks) / us : 1.0;
 }
 
-double TickClock::ToUnixSeconds(uint64_t ticks) const {
+double TickClock::ToUnixSeconds(uint64_t ticks, double ticks_per_us) const {
   if (ticks == 0) return 0;
-  return unix0_ + (double(int64_t(ticks - tick0_)) / TicksPerMicrosecond()) * 1e-6;
+  return unix0_ + (double(int64_t(ticks - tick0_)) / ticks_per_us) * 1e-6;
+}
+
+size_t MissLog::Size() const {
+  size_t n = 0;
+  for (const Shard& s : shards_) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    n += s.entries.size();
+  }
+  return n;
+}
+
+const ReportText* MissLog::Intern(std::string text) {
+  std::lock_guard<std::mutex> lock(texts_mu_);
+  auto [it, added] = texts_.try_emplace(std::move(text));
+  if (added) it->second = std::make_unique<const ReportText>(ReportText{it->first, JsonString(it->first)});
+  return it->second.get();
+}
+
+std::string_view MissLog::KeepKeyJson(const OpKey& key) {
+  const std::string json = JsonString(key.ToString());
+  std::lock_guard<std::mutex> lock(texts_mu_);
+  if (key_chunk_used_ + json.size() > kKeyChunk) {  // a key longer than a chunk gets one of its own
+    key_chunks_.push_back(std::make_unique_for_overwrite<char[]>(std::max(kKeyChunk, json.size())));
+    key_chunk_used_ = 0;
+  }
+  char* at = key_chunks_.back().get() + key_chunk_used_;
+  std::copy(json.begin(), json.end(), at);
+  key_chunk_used_ += json.size();
+  return {at, json.size()};
+}
+
+uint32_t MissLog::FamilyId(const OpKey& key) {
+  std::lock_guard<std::mutex> lock(texts_mu_);
+  return families_.try_emplace(KeyFamily(key), static_cast<uint32_t>(families_.size())).first->second;
 }
 
 std::vector<MissLog::Snapshot> MissLog::Snap() const {
   std::vector<Snapshot> out;
-  size_t entries = 0;
-  for (const Shard& s : shards_) {
-    std::lock_guard<std::mutex> lock(s.mu);
-    entries += s.map.size();
-  }
-  out.reserve(entries + entries / 8);
-  for (const Shard& s : shards_) {
-    std::lock_guard<std::mutex> lock(s.mu);
-    for (const auto& [key, e] : s.map) {
-      Snapshot snap{key, e->kind, e->served_by, e->served_from, e->bucket_lo, e->bucket_hi, 0, 0, 0, 0, {}, {},
-                    e->fallback_text};
-      const uint8_t used = e->used_stripes.load(std::memory_order_relaxed);
-      for (int si = 0; si < MissEntry::kStripes; ++si) {
-        if (!(used & (1u << si))) continue;
-        const MissEntry::Stripe& st = e->stripes[si];
-        for (int i = 0; i < kNumServedBy; ++i) {
-          const uint64_t n = st.count[i].load(std::memory_order_relaxed), t = st.ticks[i].load(std::memory_order_relaxed);
-          snap.served_calls[i] += n;
-          snap.served_ticks[i] += t;
-          snap.count += n;
-          snap.fallback_ticks += t;
-        }
-        const uint64_t first = st.first_tick.load(std::memory_order_relaxed);
-        if (first && (!snap.first_tick || first < snap.first_tick)) snap.first_tick = first;
-        snap.last_tick = std::max(snap.last_tick, st.last_tick.load(std::memory_order_relaxed));
-      }
-      if (snap.count) out.push_back(std::move(snap));
-    }
-  }
+  const size_t n = Size();
+  out.reserve(n + n / 8);
+  ForEach([&](const MissEntry& e, const MissCounts& c) { out.push_back({c, e.key, e.kind, e.served_by}); });
   return out;
 }
 

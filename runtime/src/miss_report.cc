@@ -1,8 +1,10 @@
 #include "cliffguard/miss_report.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -17,6 +19,7 @@
 
 #include "cliffguard/file_io.h"
 #include "json_pull.h"
+#include "miss_log.h"
 
 namespace cliffguard {
 
@@ -56,30 +59,97 @@ StatusOr<ServedBy> ParseServedBy(std::string_view s) {
 }
 
 namespace {
-auto KeyOrder(const OpKey& k) { return std::tie(k.op, k.dtype, k.trans_a, k.trans_b, k.constant_weights, k.dims); }
-}  // namespace
 
-std::vector<BucketRecommendation> RecommendBuckets(const std::vector<MissRecord>& records, double expected_speedup) {
+auto KeyOrder(const OpKey& k) { return std::tie(k.op, k.dtype, k.trans_a, k.trans_b, k.constant_weights, k.dims); }
+
+// The functions below read records (MissRecord) and rows (MissRow) alike.
+const OpKey& KeyOf(const MissRecord& m) { return m.key; }
+const OpKey& KeyOf(const MissRow& m) { return *m.key; }
+// Families (KeyFamily) as records are grouped by them: a record's by its family's
+// key, a row's by the id the miss log gave its family (without reading its key).
+OpKey FamilyOf(const MissRecord& m) { return KeyFamily(m.key); }
+uint32_t FamilyOf(const MissRow& m) { return m.family; }
+uint64_t FamilyHash(const OpKey& family) { return family.Hash(); }
+uint64_t FamilyHash(uint32_t family) { return family; }
+int64_t VaryingOf(const MissRecord& m) { return m.key.dims[kVaryingDim]; }
+int64_t VaryingOf(const MissRow& m) { return m.varying; }
+std::string_view TextOf(const std::string& s) { return s; }
+std::string_view TextOf(const ReportText* t) { return t ? std::string_view(t->text) : std::string_view(); }
+
+// The first fields of KeyOrder in one number, which orders keys as KeyOrder does
+// where it differs (the varying dimension saturates).
+uint64_t KeyOrderPrefix(const OpKey& k) {
+  constexpr int64_t kMaxDim = (int64_t{1} << 45) - 1;
+  return uint64_t(k.op) << 56 | uint64_t(k.dtype) << 48 | uint64_t(k.trans_a) << 47 | uint64_t(k.trans_b) << 46 |
+         uint64_t(k.constant_weights) << 45 | uint64_t(std::clamp<int64_t>(k.dims[0], 0, kMaxDim));
+}
+
+template <typename R>
+MissRankKey RankKeyOfRecord(const R& m, uint32_t index) {
+  return {m.expected_gain_us, m.fallback_us_total, m.count, KeyOrderPrefix(KeyOf(m)), index};
+}
+
+// Sorts keys (keys[i]: RankKeyOfRecord(rec(i), i)) by the ranking rule: expected
+// gain, then time in the fallback, then count (each descending), then key; equal
+// keys (a report may repeat one) keep their order. (Many records tie up to the key:
+// times are counted in clock ticks.)
+template <typename RecordAt>
+void SortRankKeys(RecordAt&& rec, std::vector<MissRankKey>& keys) {
+  std::sort(keys.begin(), keys.end(), [&](const MissRankKey& a, const MissRankKey& b) {
+    if (a.gain_us != b.gain_us) return a.gain_us > b.gain_us;
+    if (a.fallback_us != b.fallback_us) return a.fallback_us > b.fallback_us;
+    if (a.count != b.count) return a.count > b.count;
+    if (a.key_prefix != b.key_prefix) return a.key_prefix < b.key_prefix;
+    const auto ka = KeyOrder(KeyOf(rec(a.index))), kb = KeyOrder(KeyOf(rec(b.index)));
+    if (ka != kb) return ka < kb;
+    return a.index < b.index;
+  });
+}
+
+template <typename Records>
+std::vector<BucketRecommendation> RecommendBucketsOf(const Records& records, double expected_speedup) {
+  using Family = decltype(FamilyOf(records[0]));
+  // Per family and j, the range (2^(j-1), 2^j] of the varying dimension.
   struct Range {
+    Family id;
+    OpKey family;
+    int j;
     BucketRecommendation rec;
     double rep_us = -1;
   };
-  auto less = [](const std::pair<OpKey, int>& a, const std::pair<OpKey, int>& b) {
-    return std::make_tuple(KeyOrder(a.first), a.second) < std::make_tuple(KeyOrder(b.first), b.second);
+  std::vector<Range> ranges;
+  // (family, j) -> index in ranges, by open addressing (a report has few ranges and
+  // many records).
+  constexpr uint32_t kFree = ~uint32_t{0};
+  std::vector<uint32_t> slots(64, kFree);
+  auto slot_of = [&](const Family& id, int j) -> uint32_t& {
+    size_t i = MixHash64(FamilyHash(id) + uint64_t(j) * 0x9e3779b97f4a7c15ull) & (slots.size() - 1);
+    while (slots[i] != kFree && !(ranges[slots[i]].j == j && ranges[slots[i]].id == id)) i = (i + 1) & (slots.size() - 1);
+    return slots[i];
   };
-  std::map<std::pair<OpKey, int>, Range, decltype(less)> ranges(less);  // (family, j) -> range (2^(j-1), 2^j]
-  for (const MissRecord& m : records) {
+  for (const auto& m : records) {
     double us = 0;
     uint64_t calls = 0;
-    for (int i = 0; i < kNumServedBy; ++i)
-      if (i != static_cast<int>(ServedBy::kExact) && !ServedByTunedKey(static_cast<ServedBy>(i))) {
-        us += m.served_us[i];
-        calls += m.served_calls[i];
+    for (int k = 0; k < kNumServedBy; ++k)
+      if (k != static_cast<int>(ServedBy::kExact) && !ServedByTunedKey(static_cast<ServedBy>(k))) {
+        us += m.served_us[k];
+        calls += m.served_calls[k];
       }
-    const int64_t v = m.key.dims[kVaryingDim];
+    const int64_t v = VaryingOf(m);
     if (calls == 0 || v < 1) continue;
     const int j = v == 1 ? 0 : 64 - std::countl_zero(static_cast<uint64_t>(v - 1));  // 2^(j-1) < v <= 2^j
-    Range& r = ranges[{KeyFamily(m.key), j}];
+    const Family id = FamilyOf(m);
+    uint32_t* at = &slot_of(id, j);
+    if (*at == kFree) {
+      if (2 * (ranges.size() + 1) > slots.size()) {  // keep it at most half full
+        slots.assign(2 * slots.size(), kFree);
+        for (uint32_t k = 0; k < ranges.size(); ++k) slot_of(ranges[k].id, ranges[k].j) = k;
+        at = &slot_of(id, j);
+      }
+      *at = static_cast<uint32_t>(ranges.size());
+      ranges.push_back({id, KeyFamily(KeyOf(m)), j, {}});
+    }
+    Range& r = ranges[*at];
     BucketRecommendation& b = r.rec;
     b.lo = j == 0 ? 1 : (int64_t{1} << (j - 1)) + 1;
     b.hi = int64_t{1} << j;
@@ -88,11 +158,17 @@ std::vector<BucketRecommendation> RecommendBuckets(const std::vector<MissRecord>
     b.default_us_total += us;
     if (us > r.rep_us) {
       r.rep_us = us;
-      b.key = m.key;
+      b.key = KeyOf(m);
     }
   }
+  // By family and range, then ranked (stable: equal gains keep that order).
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
+    const auto ka = KeyOrder(a.family), kb = KeyOrder(b.family);
+    return ka != kb ? ka < kb : a.j < b.j;
+  });
   std::vector<BucketRecommendation> out;
-  for (auto& [id, r] : ranges) {
+  out.reserve(ranges.size());
+  for (Range& r : ranges) {
     r.rec.expected_gain_us = r.rec.default_us_total * (1.0 - 1.0 / std::max(1.0, expected_speedup));
     out.push_back(r.rec);
   }
@@ -103,32 +179,16 @@ std::vector<BucketRecommendation> RecommendBuckets(const std::vector<MissRecord>
   return out;
 }
 
-void RankMissRecords(MissReport& report) {
-  std::vector<MissRecord>& recs = report.records;
-  std::vector<uint32_t> order(recs.size());  // sorted as indices: each record moves once
-  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) {
-    const MissRecord &a = recs[x], &b = recs[y];
-    if (a.expected_gain_us != b.expected_gain_us) return a.expected_gain_us > b.expected_gain_us;
-    if (a.fallback_us_total != b.fallback_us_total) return a.fallback_us_total > b.fallback_us_total;
-    if (a.count != b.count) return a.count > b.count;
-    return KeyOrder(a.key) < KeyOrder(b.key);
-  });
-  std::vector<MissRecord> sorted;
-  sorted.reserve(recs.size());
-  for (uint32_t i : order) sorted.push_back(std::move(recs[i]));
-  recs = std::move(sorted);
-}
-
-std::vector<BucketTraffic> BucketTrafficOf(const std::vector<MissRecord>& records) {
+template <typename Records>
+std::vector<BucketTraffic> BucketTrafficOfRecords(const Records& records) {
   constexpr int kB = static_cast<int>(ServedBy::kBucket);
   std::vector<BucketTraffic> out;
-  std::unordered_map<std::string, size_t> at;  // serving key text -> index in out
-  for (const MissRecord& m : records) {
+  std::unordered_map<std::string_view, size_t> at;  // serving key text -> index in out
+  for (const auto& m : records) {
     if (m.served_by != ServedBy::kBucket || m.served_calls[kB] == 0 || m.bucket_hi < 1) continue;
-    auto [it, added] = at.try_emplace(m.served_from, out.size());
+    auto [it, added] = at.try_emplace(TextOf(m.served_from), out.size());
     if (added) {
-      auto key = OpKey::Parse(m.served_from);
+      auto key = OpKey::Parse(TextOf(m.served_from));
       if (!key.ok()) {
         at.erase(it);
         continue;
@@ -142,6 +202,51 @@ std::vector<BucketTraffic> BucketTrafficOf(const std::vector<MissRecord>& record
   }
   std::stable_sort(out.begin(), out.end(), [](const BucketTraffic& a, const BucketTraffic& b) { return a.calls > b.calls; });
   return out;
+}
+
+}  // namespace
+
+std::vector<BucketRecommendation> RecommendBuckets(const std::vector<MissRecord>& records, double expected_speedup) {
+  return RecommendBucketsOf(records, expected_speedup);
+}
+std::vector<BucketRecommendation> RecommendBuckets(std::span<const MissRow> ranked, double expected_speedup) {
+  return RecommendBucketsOf(ranked, expected_speedup);
+}
+
+void RankMissRecords(MissReport& report) {
+  std::vector<MissRecord>& recs = report.records;
+  std::vector<MissRankKey> keys;  // sorted as keys: each record moves once
+  keys.reserve(recs.size());
+  for (size_t i = 0; i < recs.size(); ++i) keys.push_back(RankKeyOfRecord(recs[i], static_cast<uint32_t>(i)));
+  SortRankKeys([&](size_t i) -> const MissRecord& { return recs[i]; }, keys);
+  std::vector<MissRecord> sorted;
+  sorted.reserve(recs.size());
+  for (const MissRankKey& k : keys) sorted.push_back(std::move(recs[k.index]));
+  recs = std::move(sorted);
+}
+
+MissRankKey RankKeyOf(const MissRow& row, uint32_t index) { return RankKeyOfRecord(row, index); }
+
+void RankMissRows(std::vector<MissRow>& rows, std::vector<MissRow>& unranked, std::vector<MissRankKey>& keys) {
+  SortRankKeys([&](size_t i) -> const MissRow& { return rows[i]; }, keys);
+  // Moved into rank order once, so that what reads them next reads them in order.
+  std::swap(rows, unranked);
+  rows.clear();
+  rows.reserve(unranked.size());
+  constexpr size_t kAhead = 8;  // rows are read out of order: ask for them early
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i + kAhead < keys.size())
+      for (size_t at = 0; at < sizeof(MissRow); at += 64)
+        __builtin_prefetch(reinterpret_cast<const char*>(&unranked[keys[i + kAhead].index]) + at);
+    rows.push_back(unranked[keys[i].index]);
+  }
+}
+
+std::vector<BucketTraffic> BucketTrafficOf(const std::vector<MissRecord>& records) {
+  return BucketTrafficOfRecords(records);
+}
+std::vector<BucketTraffic> BucketTrafficOf(std::span<const MissRow> ranked) {
+  return BucketTrafficOfRecords(ranked);
 }
 
 namespace {
@@ -330,55 +435,265 @@ StatusOr<MissReport> MergeMissReports(const std::vector<MissReport>& reports, co
 
 namespace {
 
+// Whether any of the 8 bytes of w needs escaping in a JSON string: a control
+// character, '"', '\\', or a byte >= 0x80 (checked as UTF-8).
+bool NeedsEscape(uint64_t w) {
+  constexpr uint64_t k01 = 0x0101010101010101ull, k80 = 0x8080808080808080ull;
+  auto zero_byte = [](uint64_t v) { return (v - k01) & ~v & k80; };
+  return ((w & k80) | ((w - 0x20 * k01) & ~w & k80) | zero_byte(w ^ ('"' * k01)) | zero_byte(w ^ ('\\' * k01))) != 0;
+}
+bool NeedsEscape(unsigned char c) { return c < 0x20 || c >= 0x80 || c == '"' || c == '\\'; }
+
+// `s` as a JSON string at p, which has room for 2 + 6 * s.size() bytes (an escape
+// takes at most 6 bytes per byte); bytes that are not UTF-8 become U+FFFD. Returns
+// the end.
+char* EscapedText(char* p, std::string_view s) {
+  auto append = [&](std::string_view t) {
+    std::memcpy(p, t.data(), t.size());
+    p += t.size();
+  };
+  *p++ = '"';
+  const char* in = s.data();
+  const char* const last = in + s.size();
+  const char* plain = in;  // bytes from here to `in` were copied as they are
+  for (;;) {
+    for (uint64_t w; last - in >= 8; in += 8, p += 8) {  // runs of bytes that need nothing, 8 at a time
+      std::memcpy(&w, in, 8);
+      if (NeedsEscape(w)) break;
+      std::memcpy(p, &w, 8);
+    }
+    if (in != last && last - in < 8 && in - plain >= 8 - (last - in)) {
+      // The last 8 bytes, the first of them copied already: if none needs escaping,
+      // copied again at once (the same bytes land where they are).
+      uint64_t w;
+      std::memcpy(&w, last - 8, 8);
+      if (!NeedsEscape(w)) {
+        std::memcpy(p - (8 - (last - in)), &w, 8);
+        p += last - in;
+        in = last;
+      }
+    }
+    while (in != last && !NeedsEscape(static_cast<unsigned char>(*in))) *p++ = *in++;
+    if (in == last) break;
+    const auto c = static_cast<unsigned char>(*in);
+    if (c == '"' || c == '\\') {
+      *p++ = '\\';
+      *p++ = char(c);
+      ++in;
+    } else if (c < 0x20) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      append("\\u00");
+      *p++ = kHex[c >> 4];
+      *p++ = kHex[c & 15];
+      ++in;
+    } else {
+      const size_t n = detail::JsonPull::Utf8SequenceLength(std::string_view(in, size_t(last - in)));
+      if (n) append(std::string_view(in, n));
+      else append("\xEF\xBF\xBD");
+      in += n ? n : 1;
+    }
+    plain = in;
+  }
+  *p++ = '"';
+  return p;
+}
+
+// A text as a JSON string: records escape theirs, rows have them escaped already.
+struct Escaped {
+  std::string_view json;
+};
+size_t JsonBound(std::string_view s) { return 2 + 6 * s.size(); }
+size_t JsonBound(const ReportText* t) { return t ? t->json.size() : 0; }
+size_t JsonBound(Escaped s) { return s.json.size(); }
+char* JsonText(char* p, std::string_view s) { return EscapedText(p, s); }
+char* JsonText(char* p, const ReportText* t) {
+  std::memcpy(p, t->json.data(), t->json.size());
+  return p + t->json.size();
+}
+char* JsonText(char* p, Escaped s) {
+  std::memcpy(p, s.json.data(), s.json.size());
+  return p + s.json.size();
+}
+
+constexpr size_t kNumberBytes = 48;  // room for a number's text (and for the whole-word copies that write it)
+
+constexpr char kDigitPairs[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+void Digits4(char* p, uint32_t x) {
+  std::memcpy(p, kDigitPairs + 2 * (x / 100), 2);
+  std::memcpy(p + 2, kDigitPairs + 2 * (x % 100), 2);
+}
+void Digits8(char* p, uint32_t x) {
+  Digits4(p, x / 10000);
+  Digits4(p + 4, x % 10000);
+}
+// The decimal digits of s < 10^17 in out[0, 17), right-aligned with leading zeros;
+// returns how many there are.
+int Digits17(char* out, uint64_t s) {
+  constexpr uint64_t k8 = 100000000;
+  out[0] = char('0' + s / (k8 * k8));
+  const uint64_t rest = s % (k8 * k8);
+  Digits8(out + 1, uint32_t(rest / k8));
+  Digits8(out + 9, uint32_t(rest % k8));
+  static constexpr uint64_t kPow10[] = {1ull, 10ull, 100ull, 1000ull, 10000ull, 100000ull, 1000000ull, 10000000ull,
+                                        100000000ull, 1000000000ull, 10000000000ull, 100000000000ull, 1000000000000ull,
+                                        10000000000000ull, 100000000000000ull, 1000000000000000ull, 10000000000000000ull,
+                                        100000000000000000ull};
+  const int n = (std::bit_width(s) * 1233) >> 12;  // floor(log10(s)) + 1, or one less
+  return std::max(1, n + (s >= kPow10[n]));
+}
+
+// A number at p (room for kNumberBytes), as fmt's "{}" writes it: the shortest
+// digits that read back as v (fmt's Dragonbox), in fixed notation when the decimal
+// exponent is in [-4, 16), else as d.ddde+XX; null when it is not finite. (fmt's
+// writer takes twice the instructions for the same text; a report has tens of
+// thousands of numbers.)
+char* NumberText(char* p, double v) {
+  if (!std::isfinite(v)) {
+    std::memcpy(p, "null", 4);
+    return p + 4;
+  }
+  if (std::signbit(v)) {
+    *p++ = '-';
+    v = -v;
+  }
+  if (v == 0) {
+    *p = '0';
+    return p + 1;
+  }
+  const auto dec = fmt::detail::dragonbox::to_decimal(v);  // at most 17 digits
+  char buf[48] = {};
+  const int n = Digits17(buf, dec.significand);
+  const char* digits = buf + 17 - n;  // 17 bytes may be read from here
+  const int exp = dec.exponent + n - 1;  // of the first digit
+  if (exp < -4 || exp >= 16) {
+    *p++ = digits[0];
+    if (n > 1) {
+      *p++ = '.';
+      std::memcpy(p, digits + 1, 16);
+      p += n - 1;
+    }
+    *p++ = 'e';
+    *p++ = exp < 0 ? '-' : '+';
+    const int e = exp < 0 ? -exp : exp;
+    if (e >= 100) *p++ = char('0' + e / 100);
+    *p++ = char('0' + e / 10 % 10);
+    *p++ = char('0' + e % 10);
+  } else if (exp >= n - 1) {  // an integer: the digits, then zeros
+    std::memcpy(p, digits, 17);
+    p += n;
+    std::memset(p, '0', 16);
+    p += exp - (n - 1);
+  } else if (exp >= 0) {
+    std::memcpy(p, digits, 17);
+    p += exp + 1;
+    *p++ = '.';
+    std::memcpy(p, digits + exp + 1, 16);
+    p += n - 1 - exp;
+  } else {  // 0.000ddd
+    *p++ = '0';
+    *p++ = '.';
+    std::memset(p, '0', 4);
+    p += -exp - 1;
+    std::memcpy(p, digits, 17);
+    p += n;
+  }
+  return p;
+}
+
 // The report's JSON text, written directly (a report of a busy process holds tens of
-// thousands of records and is rewritten while serving). Multiline: one top-level
-// field, and one element of a top-level array, per line.
+// thousands of records and is rewritten while serving): into memory the caller may
+// reuse, each value with its room ensured once and then written through a pointer.
+// Multiline: one top-level field, and one element of a top-level array, per line.
 class JsonOut {
  public:
-  explicit JsonOut(bool multiline) : multiline_(multiline) { out_.reserve(1 << 16); }
+  // Writes `out` from its start, reusing its memory; Finish() cuts it to what was written.
+  JsonOut(std::string& out, bool multiline, size_t size_hint) : out_(out), multiline_(multiline) {
+    out_.resize(std::max(out_.capacity(), size_hint));
+    p_ = out_.data();
+    end_ = p_ + out_.size();
+    // What goes before an item in a container `depth` deep: a comma unless it is the
+    // first, and in multiline mode a line break and indent (top level and top-level
+    // arrays) or a space.
+    for (int depth = 1; depth < kMaxDepth; ++depth)
+      for (int first = 0; first < 2; ++first) {
+        Separator& x = separators_[depth][first];
+        if (!first) x.text[x.size++] = ',';
+        if (multiline && depth <= 2) {
+          x.text[x.size++] = '\n';
+          for (int i = 0; i < 2 * depth; ++i) x.text[x.size++] = ' ';
+        } else if (multiline && !first) {
+          x.text[x.size++] = ' ';
+        }
+      }
+  }
+  // Cuts `out` to what was written, then `tail`.
+  void Finish(std::string_view tail = {}) {
+    Room(tail.size());
+    Append(tail);
+    out_.resize(size_t(p_ - out_.data()));
+  }
+
   void Open(char c) {
     Item();
-    out_.push_back(c);
-    first_.push_back(true);
+    Room(1);
+    *p_++ = c;
+    first_[++depth_] = true;  // depth is bounded by the report's format
   }
   void Close(char c) {
-    const bool empty = first_.back();
-    first_.pop_back();
-    if (multiline_ && !empty && first_.size() < 2) Newline();
-    out_.push_back(c);
+    const bool empty = first_[depth_--];
+    Room(2 * kMaxDepth + 2);
+    if (multiline_ && !empty && depth_ < 2) {
+      *p_++ = '\n';
+      std::memset(p_, ' ', 2 * size_t(depth_));
+      p_ += 2 * depth_;
+    }
+    *p_++ = c;
+  }
+  // A member's key (text of the writer's own: nothing to escape); its value is what
+  // is written next. A literal's length is known where it is written.
+  template <size_t N>
+  [[gnu::always_inline]] void Key(const char (&k)[N]) {
+    Key(std::string_view(k, N - 1));
   }
   void Key(std::string_view k) {
-    Item();
-    String(k);
-    out_.push_back(':');
-    if (multiline_) out_.push_back(' ');
+    Member(k);
     pending_value_ = true;
-  }
-  void Str(std::string_view v) {
-    Item();
-    String(v);
-  }
-  void Num(double v) {
-    Item();
-    if (std::isfinite(v)) fmt::format_to(std::back_inserter(out_), FMT_COMPILE("{}"), v);
-    else out_.append("null");
   }
   void Int(int64_t v) {
     Item();
-    fmt::format_to(std::back_inserter(out_), FMT_COMPILE("{}"), v);
+    Room(24);
+    p_ = std::to_chars(p_, end_, v).ptr;
   }
-  void UInt(uint64_t v) {
-    Item();
-    fmt::format_to(std::back_inserter(out_), FMT_COMPILE("{}"), v);
+  // A member: its key and value.
+  template <size_t N, typename T>
+  [[gnu::always_inline]] void Field(const char (&k)[N], const T& v) {
+    Field(std::string_view(k, N - 1), v);
   }
   template <typename T>
-  void Field(std::string_view k, const T& v) {
-    Key(k);
-    if constexpr (std::is_same_v<T, double>) Num(v);
-    else if constexpr (std::is_same_v<T, uint64_t>) UInt(v);
-    else if constexpr (std::is_integral_v<T>) Int(int64_t(v));
-    else Str(v);
+  [[gnu::always_inline]] void Field(std::string_view k, const T& v) {
+    Member(k);
+    if constexpr (std::is_same_v<T, double>) {
+      Number(v);
+    } else if constexpr (std::is_integral_v<T>) {
+      Room(24);
+      if constexpr (std::is_same_v<T, uint64_t>) p_ = std::to_chars(p_, end_, v).ptr;
+      else p_ = std::to_chars(p_, end_, int64_t(v)).ptr;
+    } else {
+      String(v);
+    }
   }
+  // An element of the innermost array written by write(p), which writes at most
+  // `bound` bytes and returns their end.
+  template <typename Write>
+  [[gnu::always_inline]] void Element(size_t bound, Write&& write) {
+    Item();
+    Room(bound);
+    p_ = write(p_);
+  }
+  bool multiline() const { return multiline_; }
   void Range(std::string_view k, int64_t lo, int64_t hi) {
     Key(k);
     Open('[');
@@ -386,68 +701,165 @@ class JsonOut {
     Int(hi);
     Close(']');
   }
-  std::string Take() { return std::move(out_); }
 
  private:
-  void Newline() {
-    out_.push_back('\n');
-    out_.append(2 * first_.size(), ' ');
+  static constexpr int kMaxDepth = 8;
+  struct Separator {
+    char text[16] = {};  // copied whole; `size` of it count
+    uint8_t size = 0;
+  };
+  // At least n bytes of room after p_.
+  [[gnu::always_inline]] void Room(size_t n) {
+    if (size_t(end_ - p_) < n) [[unlikely]] Grow(n);
   }
-  // Before a value or key: the separator, and in multiline mode the line break.
-  void Item() {
+  [[gnu::noinline]] void Grow(size_t n) {
+    const size_t used = size_t(p_ - out_.data());
+    out_.resize(std::max(2 * out_.size(), used + n));
+    p_ = out_.data() + used;
+    end_ = out_.data() + out_.size();
+  }
+  // Before a value or key: its separator.
+  [[gnu::always_inline]] void Item() {
     if (pending_value_) {
       pending_value_ = false;
       return;
     }
-    if (first_.empty()) return;
-    const bool first = first_.back();
-    first_.back() = false;
-    if (!first) out_.push_back(',');
-    if (multiline_ && first_.size() <= 2) Newline();
-    else if (multiline_ && !first) out_.push_back(' ');
+    if (depth_ == 0) return;
+    const Separator& sep = separators_[depth_][first_[depth_]];
+    first_[depth_] = false;
+    Room(sizeof sep.text);
+    std::memcpy(p_, sep.text, sizeof sep.text);
+    p_ += sep.size;
   }
-  // A JSON string; bytes that are not UTF-8 become U+FFFD.
+  // The separator and the key.
+  [[gnu::always_inline]] void Member(std::string_view k) {
+    Item();
+    Room(k.size() + 4);
+    *p_++ = '"';
+    std::memcpy(p_, k.data(), k.size());
+    p_ += k.size();
+    *p_++ = '"';
+    *p_++ = ':';
+    if (multiline_) *p_++ = ' ';
+  }
+  void Number(double v) {
+    Room(kNumberBytes);
+    p_ = NumberText(p_, v);
+  }
+  void Append(std::string_view s) {  // room ensured
+    std::memcpy(p_, s.data(), s.size());
+    p_ += s.size();
+  }
   void String(std::string_view s) {
-    out_.push_back('"');
-    for (size_t i = 0; i < s.size();) {
-      size_t plain = i;  // the run of bytes that need no escaping, appended at once
-      while (plain < s.size()) {
-        const auto c = static_cast<unsigned char>(s[plain]);
-        if (c < 0x20 || c >= 0x80 || c == '"' || c == '\\') break;
-        ++plain;
-      }
-      out_.append(s.data() + i, plain - i);
-      i = plain;
-      if (i == s.size()) break;
-      const auto c = static_cast<unsigned char>(s[i]);
-      if (c == '"' || c == '\\') {
-        out_.push_back('\\');
-        out_.push_back(char(c));
-        ++i;
-      } else if (c < 0x20) {
-        fmt::format_to(std::back_inserter(out_), "\\u{:04x}", c);
-        ++i;
-      } else {
-        const size_t n = detail::JsonPull::Utf8SequenceLength(s.substr(i));
-        if (n) out_.append(s.substr(i, n));
-        else out_.append("\xEF\xBF\xBD");
-        i += n ? n : 1;
-      }
-    }
-    out_.push_back('"');
+    Room(2 + 6 * s.size());
+    p_ = EscapedText(p_, s);
   }
 
-
+  std::string& out_;
+  char* p_;
+  char* end_;
   bool multiline_;
   bool pending_value_ = false;
-  std::vector<bool> first_;
-  std::string out_;
+  int depth_ = 0;               // open containers
+  bool first_[kMaxDepth] = {};  // [depth]: nothing written yet in the container that deep
+  Separator separators_[kMaxDepth][2];  // [depth][first]
 };
 
-}  // namespace
+// One record. Inside a record nothing breaks the line: every separator is ", " (multiline) or
+// ",", so a record is written straight through a pointer, with literals.
+template <bool kMultiline>
+struct RecordText {
+  // `"name": `, after a separator unless it is the object's first member.
+  template <size_t N>
+  [[gnu::always_inline]] static char* Member(char* p, const char (&name)[N], bool first = false) {
+    if (!first) {
+      *p++ = ',';
+      if (kMultiline) *p++ = ' ';
+    }
+    *p++ = '"';
+    std::memcpy(p, name, N - 1);
+    p += N - 1;
+    *p++ = '"';
+    *p++ = ':';
+    if (kMultiline) *p++ = ' ';
+    return p;
+  }
+  static char* Int(char* p, int64_t v) { return std::to_chars(p, p + 24, v).ptr; }
+  static char* UInt(char* p, uint64_t v) { return std::to_chars(p, p + 24, v).ptr; }
 
-std::string MissReportToJson(const MissReport& r, bool multiline) {
-  JsonOut j(multiline);
+  // Bytes a record may take (texts escaped at worst).
+  template <typename R, typename Key>
+  static size_t Bound(const R& m, const Key& key) {
+    return 1024 + JsonBound(key) + JsonBound(m.fallback) + JsonBound(m.served_from);
+  }
+
+  // One record at p, with room for Bound(m, key) bytes; returns its end.
+  template <typename R, typename Key>
+  static char* Write(char* p, int64_t rank, const R& m, const Key& key) {
+    // The names as JSON strings; [last]: "?", for a value out of range.
+    static const std::array<std::string, 4> kKinds = {
+        JsonString(MissKindName(MissKind::kDeviceMiss)), JsonString(MissKindName(MissKind::kShapeMiss)),
+        JsonString(MissKindName(MissKind::kRejectedEntry)), JsonString("?")};
+    static const std::array<std::string, kNumServedBy + 1> kServedBy = [] {
+      std::array<std::string, kNumServedBy + 1> names;
+      for (int i = 0; i <= kNumServedBy; ++i) names[size_t(i)] = JsonString(ServedByName(static_cast<ServedBy>(i)));
+      return names;
+    }();
+    *p++ = '{';
+    p = Int(Member(p, "rank", /*first=*/true), rank);
+    p = JsonText(Member(p, "key"), key);
+    p = JsonText(Member(p, "kind"), Escaped{kKinds[std::min(size_t(m.kind), kKinds.size() - 1)]});
+    p = UInt(Member(p, "count"), m.count);
+    p = NumberText(Member(p, "first_seen"), m.first_seen);
+    p = NumberText(Member(p, "last_seen"), m.last_seen);
+    p = NumberText(Member(p, "fallback_us_total"), m.fallback_us_total);
+    p = JsonText(Member(p, "fallback"), m.fallback);
+    p = NumberText(Member(p, "expected_gain_us"), m.expected_gain_us);
+    const int by = static_cast<int>(m.served_by);
+    p = JsonText(Member(p, "served_by"), Escaped{kServedBy[std::min(size_t(by), size_t(kNumServedBy))]});
+    if (!TextOf(m.served_from).empty()) p = JsonText(Member(p, "served_from"), m.served_from);
+    if (m.bucket_hi > 0) {
+      p = Member(p, "bucket");
+      *p++ = '[';
+      p = Int(p, m.bucket_lo);
+      *p++ = ',';
+      if (kMultiline) *p++ = ' ';
+      p = Int(p, m.bucket_hi);
+      *p++ = ']';
+    }
+    // No split when every call ran served_by (the reader's rule: then count and
+    // fallback_us_total are its calls and time).
+    bool one_kind = m.served_calls[by] == m.count && m.served_us[by] == m.fallback_us_total;
+    for (int i = 0; i < kNumServedBy; ++i)
+      if (i != by && (m.served_calls[i] || m.served_us[i] != 0)) one_kind = false;
+    bool any = false;
+    for (int i = 0; i < kNumServedBy && !one_kind; ++i) {
+      if (!m.served_calls[i]) continue;
+      if (!any) {
+        p = Member(p, "served");
+        *p++ = '{';
+      } else {
+        *p++ = ',';
+        if (kMultiline) *p++ = ' ';
+      }
+      any = true;
+      p = JsonText(p, Escaped{kServedBy[size_t(i)]});
+      *p++ = ':';
+      if (kMultiline) *p++ = ' ';
+      *p++ = '{';
+      p = UInt(Member(p, "calls", /*first=*/true), m.served_calls[i]);
+      p = NumberText(Member(p, "us"), m.served_us[i]);
+      *p++ = '}';
+    }
+    if (any) *p++ = '}';
+    *p++ = '}';
+    return p;
+  }
+};
+
+// The report `r`, its records written by write_records(j).
+template <typename WriteRecords>
+void WriteReport(JsonOut& j, const MissReport& r, WriteRecords&& write_records) {
   j.Open('{');
   j.Field("schema_version", r.schema_version);
   j.Key("device");
@@ -492,44 +904,7 @@ std::string MissReportToJson(const MissReport& r, bool multiline) {
   j.Close('}');
   j.Key("records");
   j.Open('[');
-  int64_t rank = 0;
-  for (const MissRecord& m : r.records) {
-    j.Open('{');
-    j.Field("rank", ++rank);
-    j.Field("key", m.key.ToString());
-    j.Field("kind", std::string_view(MissKindName(m.kind)));
-    j.Field("count", m.count);
-    j.Field("first_seen", m.first_seen);
-    j.Field("last_seen", m.last_seen);
-    j.Field("fallback_us_total", m.fallback_us_total);
-    j.Field("fallback", m.fallback);
-    j.Field("expected_gain_us", m.expected_gain_us);
-    j.Field("served_by", std::string_view(ServedByName(m.served_by)));
-    if (!m.served_from.empty()) j.Field("served_from", m.served_from);
-    if (m.bucket_hi > 0) j.Range("bucket", m.bucket_lo, m.bucket_hi);
-    // No split when every call ran served_by (the reader's rule: then count and
-    // fallback_us_total are its calls and time).
-    const int by = static_cast<int>(m.served_by);
-    bool one_kind = m.served_calls[by] == m.count && m.served_us[by] == m.fallback_us_total;
-    for (int i = 0; i < kNumServedBy; ++i)
-      if (i != by && (m.served_calls[i] || m.served_us[i] != 0)) one_kind = false;
-    bool any = false;
-    for (int i = 0; i < kNumServedBy && !one_kind; ++i) {
-      if (!m.served_calls[i]) continue;
-      if (!any) {
-        j.Key("served");
-        j.Open('{');
-        any = true;
-      }
-      j.Key(ServedByName(static_cast<ServedBy>(i)));
-      j.Open('{');
-      j.Field("calls", m.served_calls[i]);
-      j.Field("us", m.served_us[i]);
-      j.Close('}');
-    }
-    if (any) j.Close('}');
-    j.Close('}');
-  }
+  write_records(j);
   j.Close(']');
   j.Key("buckets");
   j.Open('[');
@@ -557,7 +932,48 @@ std::string MissReportToJson(const MissReport& r, bool multiline) {
   }
   j.Close(']');
   j.Close('}');
-  return j.Take();
+}
+
+constexpr size_t kRecordBytes = 400;  // about what a record takes
+
+// One record; `key`: its key's text, or that as a JSON string already.
+template <typename R, typename Key>
+void WriteRecord(JsonOut& j, int64_t rank, const R& m, const Key& key) {
+  if (j.multiline())
+    j.Element(RecordText<true>::Bound(m, key), [&](char* p) { return RecordText<true>::Write(p, rank, m, key); });
+  else
+    j.Element(RecordText<false>::Bound(m, key), [&](char* p) { return RecordText<false>::Write(p, rank, m, key); });
+}
+
+}  // namespace
+
+std::string JsonString(std::string_view text) {
+  std::string out(JsonBound(text), '\0');
+  out.resize(size_t(EscapedText(out.data(), text) - out.data()));
+  return out;
+}
+
+std::string MissReportToJson(const MissReport& r, bool multiline) {
+  std::string out;
+  JsonOut j(out, multiline, 4096 + kRecordBytes * r.records.size());
+  WriteReport(j, r, [&](JsonOut& j) {
+    int64_t rank = 0;
+    for (const MissRecord& m : r.records) WriteRecord(j, ++rank, m, std::string_view(m.key.ToString()));
+  });
+  j.Finish();
+  return out;
+}
+
+void MissReportFileText(const MissReport& head, std::span<const MissRow> ranked, std::string& out) {
+  JsonOut j(out, /*multiline=*/true, 4096 + kRecordBytes * ranked.size());
+  WriteReport(j, head, [&](JsonOut& j) {
+    constexpr size_t kAhead = 8;  // the keys' texts are apart in memory: ask for them early
+    for (size_t i = 0; i < ranked.size(); ++i) {
+      if (i + kAhead < ranked.size()) __builtin_prefetch(ranked[i + kAhead].key_json.data());
+      WriteRecord(j, int64_t(i + 1), ranked[i], Escaped{ranked[i].key_json});
+    }
+  });
+  j.Finish("\n");
 }
 
 namespace {

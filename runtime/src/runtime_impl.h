@@ -105,6 +105,10 @@ struct Runtime::Impl {
                      MissEntry*& miss, ServedBy& served_by, OpKey& counted);
 
   // reports.cc
+  // Reused by the next miss report (the periodic rewrites); a report taken while
+  // another holds them uses buffers of its own.
+  std::mutex report_buffers_mu;
+  MissReportBuffers report_buffers;
   // Per-key hits and misses; the misses from `snap`, so that a report's totals and
   // records come from one snapshot.
   std::unordered_map<OpKey, KeyStats, OpKeyHash> CollectStats(const std::vector<MissLog::Snapshot>& snap);

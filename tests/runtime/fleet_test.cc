@@ -5,8 +5,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <random>
@@ -300,6 +303,162 @@ TEST(FleetConcurrency, ConcurrentCallers) {
   ASSERT_TRUE(last.ok()) << last.status().ToString();
   EXPECT_EQ(last->calls, uint64_t(kThreads * kCalls));
   EXPECT_EQ(last->records.size(), size_t(kThreads));
+}
+
+// What the runtime writes (WriteMissReport, as the periodic writer does) is the JSON
+// text of the report it holds: read back and written again, the same bytes; and it
+// holds what GetMissReport gives.
+TEST(FleetTest, AWrittenReportIsTheTextOfTheReportItHolds) {
+  const DeviceInfo device = HostCpuDevice(1);
+  BundleSpec spec = HostBundle(device, {Gemm(16, 40, 24), Gemm(128, 40, 24)});
+  spec.entries[0].bucket_lo = 9;  // m in [9, 16] runs the m=16 entry's schedule
+  spec.entries[0].bucket_hi = 16;
+  TempFile bundle("written_bundle.cgb");
+  ASSERT_TRUE(WriteBundleFile(bundle.path, spec).ok());
+  auto rt = Runtime::Create({.threads = 1, .bundles = {bundle.path}, .warn_on_miss = false});
+  ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+  auto call = [&](const OpKey& key, int times) {
+    Problem p(key);
+    for (int i = 0; i < times; ++i) ASSERT_TRUE((*rt)->Gemm(p.args).ok()) << key.ToString();
+  };
+  call(Gemm(16, 40, 24), 2);                                          // hits
+  for (int64_t m : {9, 12, 15}) call(Gemm(m, 40, 24), int(m) % 4 + 1);  // the bucket
+  for (int64_t m : {100, 300}) call(Gemm(m, 40, 24), 2);              // the nearest key
+  for (int64_t m = 1; m <= 40; ++m) call(Gemm(m, 8, 8), 1);            // defaults: another family
+  (*rt)->UnloadAll();
+  call(Gemm(12, 40, 24), 2);  // now a built-in default: one record, served two ways
+  TempFile report("written_report.json");
+  ASSERT_TRUE((*rt)->WriteMissReport(report.path).ok());
+  auto bytes = ReadFileBytes(report.path);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  const std::string text(bytes->begin(), bytes->end());
+  auto back = MissReportFromJson(text);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(MissReportToJson(*back) + "\n", text);
+
+  const MissReport now = (*rt)->GetMissReport();
+  EXPECT_EQ(back->calls, now.calls);
+  EXPECT_EQ(back->hits, 2u);
+  ASSERT_EQ(back->records.size(), now.records.size());
+  ASSERT_EQ(back->records.size(), 45u);
+  for (size_t i = 0; i < now.records.size(); ++i) {
+    const MissRecord &a = back->records[i], &b = now.records[i];
+    EXPECT_EQ(a.key, b.key) << i;
+    EXPECT_EQ(a.count, b.count) << b.key.ToString();
+    EXPECT_EQ(a.kind, b.kind) << b.key.ToString();
+    EXPECT_EQ(a.served_by, b.served_by) << b.key.ToString();
+    EXPECT_EQ(a.served_from, b.served_from) << b.key.ToString();
+    EXPECT_EQ(a.fallback, b.fallback) << b.key.ToString();
+    EXPECT_EQ(a.bucket_lo, b.bucket_lo) << b.key.ToString();
+    EXPECT_EQ(a.bucket_hi, b.bucket_hi) << b.key.ToString();
+    for (int k = 0; k < kNumServedBy; ++k) EXPECT_EQ(a.served_calls[k], b.served_calls[k]) << b.key.ToString();
+  }
+  const MissRecord* split = nullptr;
+  for (const MissRecord& m : back->records)
+    if (m.key == Gemm(12, 40, 24)) split = &m;
+  ASSERT_NE(split, nullptr);
+  EXPECT_EQ(split->served_calls[int(ServedBy::kBucket)], 1u);
+  EXPECT_EQ(split->served_calls[int(ServedBy::kBuiltinDefault)], 2u);
+  EXPECT_EQ(split->served_by, ServedBy::kBuiltinDefault);
+  ASSERT_EQ(back->buckets.size(), 1u);
+  EXPECT_EQ(back->buckets[0].key, Gemm(16, 40, 24));
+  EXPECT_EQ(back->buckets[0].keys, 2u);  // m=9 and m=15: m=12 is served by the built-in default now
+  ASSERT_EQ(back->recommended_buckets.size(), now.recommended_buckets.size());
+  for (size_t i = 0; i < now.recommended_buckets.size(); ++i) {
+    EXPECT_EQ(back->recommended_buckets[i].key, now.recommended_buckets[i].key);
+    EXPECT_EQ(back->recommended_buckets[i].calls, now.recommended_buckets[i].calls);
+  }
+  // The runtime ranks and groups its records as the functions of the API do.
+  MissReport ranked = now;
+  std::reverse(ranked.records.begin(), ranked.records.end());
+  RankMissRecords(ranked);
+  for (size_t i = 0; i < now.records.size(); ++i) EXPECT_EQ(ranked.records[i].key, now.records[i].key) << i;
+  const auto traffic = BucketTrafficOf(now.records);
+  ASSERT_EQ(traffic.size(), now.buckets.size());
+  for (size_t i = 0; i < traffic.size(); ++i) {
+    EXPECT_EQ(traffic[i].key, now.buckets[i].key);
+    EXPECT_EQ(traffic[i].calls, now.buckets[i].calls);
+    EXPECT_EQ(traffic[i].us_total, now.buckets[i].us_total);
+  }
+  const auto recommended = RecommendBuckets(now.records, now.expected_speedup);
+  ASSERT_EQ(recommended.size(), now.recommended_buckets.size());
+  for (size_t i = 0; i < recommended.size(); ++i) {
+    EXPECT_EQ(recommended[i].key, now.recommended_buckets[i].key);
+    EXPECT_EQ(recommended[i].lo, now.recommended_buckets[i].lo);
+    EXPECT_EQ(recommended[i].keys, now.recommended_buckets[i].keys);
+    EXPECT_EQ(recommended[i].default_us_total, now.recommended_buckets[i].default_us_total);
+  }
+}
+
+// Numbers are written as fmt's "{}" writes them: the shortest text that reads back
+// as the value, in fixed notation for decimal exponents in [-4, 16).
+TEST(FleetTest, ReportNumbersAreTheShortestThatReadBack) {
+  std::vector<double> values = {0.0, 1.0, 0.1, 1e-4, 9.9999e-5, 1e-5, 123.456, 1e15, 1e16, 9999999999999998.0,
+                                1.7976931348623157e308, 5e-324, 2.2250738585072014e-308, 1796184022.5559552,
+                                4604.5273085689005};
+  for (int e = -310; e <= 308; e += 7) {
+    const double p = std::pow(10.0, e);
+    values.insert(values.end(), {p, 1.5 * p, std::nextafter(p, 0.0), std::nextafter(p, INFINITY)});
+  }
+  std::mt19937_64 rng(11);
+  while (values.size() < 20000) {
+    const uint64_t bits = rng() >> 1;  // positive
+    double v;
+    std::memcpy(&v, &bits, sizeof v);
+    if (std::isfinite(v)) values.push_back(v);
+    values.push_back(double(rng() % 100000000) / double(1 + rng() % 100000));
+  }
+  MissReport r;
+  r.device_fingerprint = "cpu-t1-numbers";
+  for (size_t i = 0; i < values.size(); ++i) {
+    MissRecord rec;
+    rec.key = Gemm(int64_t(i) + 1, 8, 8);
+    rec.first_seen = values[i];
+    r.records.push_back(rec);
+  }
+  const std::string json = MissReportToJson(r);
+  size_t at = 0;
+  for (const double v : values) {
+    at = json.find("\"first_seen\": ", at);
+    ASSERT_NE(at, std::string::npos);
+    at += 14;
+    const size_t end = json.find(',', at);
+    EXPECT_EQ(json.substr(at, end - at), fmt::format("{}", v));
+  }
+}
+
+// Texts are escaped as JSON has them at any length and position (the writer copies
+// runs of plain bytes 8 at a time), and bytes that are not UTF-8 become U+FFFD.
+TEST(FleetTest, ReportTextsAreEscapedAtAnyLengthAndPosition) {
+  MissReport r;
+  r.device_fingerprint = "cpu-t1-escape";
+  std::vector<std::string> expected;
+  const std::pair<std::string, std::string> specials[] = {
+      {"\"", "\""}, {"\\", "\\"}, {"\n", "\n"}, {"\x01", "\x01"}, {"\xc3\xa9", "\xc3\xa9"},
+      {"\xe2\x82\xac", "\xe2\x82\xac"}, {"\xff", "\xef\xbf\xbd"}, {"\xc3", "\xef\xbf\xbd"}};
+  int64_t m = 0;
+  for (size_t len = 0; len <= 20; ++len)
+    for (size_t at = 0; at <= len; ++at)
+      for (const auto& [in, out] : specials) {
+        MissRecord rec;
+        rec.key = Gemm(++m, 8, 8);
+        rec.count = 1;
+        rec.served_calls[int(rec.served_by)] = 1;
+        rec.fallback = std::string(at, 'a') + in + std::string(len - at, 'b');
+        expected.push_back(std::string(at, 'a') + out + std::string(len - at, 'b'));
+        r.records.push_back(rec);
+      }
+  r.misses = r.calls = r.records.size();
+  const std::string json = MissReportToJson(r);
+  EXPECT_NE(json.find(R"("fallback": "aa\"b")"), std::string::npos);
+  EXPECT_NE(json.find(R"("fallback": "a\\bb")"), std::string::npos);
+  EXPECT_NE(json.find(R"("fallback": "\u000abbb")"), std::string::npos);
+  EXPECT_NE(json.find(R"("fallback": "aaaa\u0001")"), std::string::npos);
+  auto back = MissReportFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->records.size(), expected.size());
+  for (const MissRecord& rec : back->records)
+    EXPECT_EQ(rec.fallback, expected[size_t(rec.key.m() - 1)]) << rec.key.ToString();
 }
 
 // The value of one sample line of an exposition ("name{labels} value"), or -1.
