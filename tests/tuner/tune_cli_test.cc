@@ -441,5 +441,49 @@ TEST(TuneCliTest, FromReportMergesSeveralReplicasReports) {
   for (const std::string& p : {a, b, c, log, out}) std::remove(p.c_str());
 }
 
+// conv2d from the command line: tune (shorthand shapes, beside a gemm key), run
+// (a hit and a miss through plans), --op refusing the other op, and compare.
+TEST(TuneCliTest, Conv2dTunesRunsAndComparesFromTheCommandLine) {
+  const std::string conv = "1,9,9,8,16,3,1", gemm = "16,24,8";
+  const std::string common = fmt::format("tune --shape {} --shape {} --threads 1 --trials 2 --strategy random "
+                                         "--no-bundle-default {}",
+                                         conv, gemm, kFast);
+  const std::string log_a = TempPath("conv_a.jsonl"), a = TempPath("conv_a.cgb");
+  const std::string log_b = TempPath("conv_b.jsonl"), b = TempPath("conv_b.cgb");
+  auto r = RunCli(fmt::format("{} --seed 1 --log {} --out {}", common, log_a, a));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = RunCli(fmt::format("{} --seed 2 --log {} --out {}", common, log_b, b));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  r = RunCli(fmt::format("run --threads 1 --bundle {} --shape {} --shape 2,9,9,8,16,3,1 --iters 2", a, conv));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("calls 4: 2 hits, 2 misses"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("conv2d f32 nhwc n=2 h=9 w=9 ic=8 oc=16 kh=3 kw=3 sh=1 sw=1 ph=1 pw=1 weights=constant"),
+            std::string::npos)
+      << r.output;
+  r = RunCli(fmt::format("run --op gemm --shape {} --iters 1", conv));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is a conv2d key, not gemm (--op)"), std::string::npos) << r.output;
+  r = RunCli(fmt::format("tune --op conv2d --shape {} --trials 2 --log {} --out {}", gemm, TempPath("x.jsonl"),
+                         TempPath("x.cgb")));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is not f32 conv2d (--op conv2d)"), std::string::npos) << r.output;
+
+  r = RunCli(fmt::format("compare {} {} --rounds 1 --min-time-ms 1", a, b));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 keys compared"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("conv2d f32 nhwc n=1 h=9 w=9"), std::string::npos) << r.output;
+
+  // Bundles of two thread budgets are two devices.
+  const std::string log_c = TempPath("conv_c.jsonl"), c = TempPath("conv_c.cgb");
+  r = RunCli(fmt::format("tune --shape {} --threads 2 --trials 1 --no-bundle-default --no-confirm --log {} --out {}",
+                         gemm, log_c, c));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = RunCli(fmt::format("compare {} {}", a, c));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("are for different devices"), std::string::npos) << r.output;
+  for (const auto& f : {log_a, a, log_b, b, log_c, c}) std::remove(f.c_str());
+}
+
 }  // namespace
 }  // namespace cliffguard::tuner

@@ -210,7 +210,8 @@ StatusOr<std::vector<MeasureResult>> SandboxMeasurer::Run(const OpKey& key, std:
     CG_ASSIGN_OR_RETURN(harness, HarnessFor(key));
   }
 
-  const double timeout_s = options_.timeout_s > 0 ? options_.timeout_s : 30.0;
+  double timeout_s = options_.timeout_s > 0 ? options_.timeout_s : 30.0;
+  if (timeout_cap_s_ > 0) timeout_s = std::min(timeout_s, timeout_cap_s_);
   const double setup_s = 60.0;
   while (!pending.empty()) {
     SandboxTask task;

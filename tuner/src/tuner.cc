@@ -348,6 +348,10 @@ class TuneRun {
       }
     }
     if (ks.def && ks.def->ok) sum.default_us = ks.def->median_us;
+    // A candidate 100x slower than the default (a library's reference path, a
+    // degenerate blocking) is cut short: it can never win, and the key's budget
+    // would go to it. At least 1 s (a library's first call may compile a kernel).
+    measurer_->CapCandidateTimeout(sum.default_us > 0 ? std::max(1.0, 100 * sum.default_us * 1e-6 + 0.5) : 0);
     if (ks.def && !ks.def->ok) logging::Warn("tune: {}: default schedule failed: {}", key.ToString(), ks.def->error);
     return Status::Ok();
   }

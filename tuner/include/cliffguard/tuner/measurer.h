@@ -105,6 +105,11 @@ class Measurer {
   // timed calls of a candidate is its result.
   virtual StatusOr<std::vector<MeasureResult>> MeasureInterleaved(const OpKey& key,
                                                                   std::span<const Schedule> schedules) = 0;
+  // Caps the per-candidate timeout of later calls at `seconds` (0: the configured
+  // timeout again). The tuner sets it per key from the default schedule's time, so a
+  // candidate far slower than the default is cut short instead of spending the
+  // key's budget. Fakes may ignore it.
+  virtual void CapCandidateTimeout(double seconds) { (void)seconds; }
 };
 
 class OpHarness;
@@ -119,6 +124,7 @@ class SandboxMeasurer final : public Measurer {
   StatusOr<std::vector<MeasureResult>> Measure(const OpKey& key, std::span<const Schedule> schedules,
                                                const ResultCallback& on_result = {}) override;
   StatusOr<std::vector<MeasureResult>> MeasureInterleaved(const OpKey& key, std::span<const Schedule> schedules) override;
+  void CapCandidateTimeout(double seconds) override { timeout_cap_s_ = seconds; }
 
  private:
   StatusOr<std::vector<MeasureResult>> Run(const OpKey& key, std::span<const Schedule> schedules, bool interleaved,
@@ -127,6 +133,7 @@ class SandboxMeasurer final : public Measurer {
 
   DeviceInfo device_;
   MeasureOptions options_;
+  double timeout_cap_s_ = 0;  // CapCandidateTimeout; 0: none
   std::vector<std::unique_ptr<OpHarness>> cache_;  // most recent last; a few keys
 };
 
