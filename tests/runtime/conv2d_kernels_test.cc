@@ -17,29 +17,15 @@
 #include "kernels/cpu/conv2d_driver.h"
 #include "kernels/cpu/conv2d_kernels.h"
 #include "runtime/conv2d_tester.h"
+#include "runtime/kernel_test_util.h"
 
 namespace cliffguard {
 namespace {
 
 using testing::Conv2dTester;
-
-const DeviceInfo& Host() {
-  static const DeviceInfo device = HostCpuDevice();
-  return device;
-}
-
-// The variant when the host can run it, else nullptr.
-const KernelVariant* Runnable(const char* name) {
-  const KernelVariant* v = FindKernelVariant(name);
-  if (!v || (v->isa & Host().isa) != v->isa) return nullptr;
-  return v;
-}
-
-#define CG_REQUIRE_VARIANT(var, name)                                                         \
-  const KernelVariant* var = Runnable(name);                                                  \
-  if (var == nullptr) GTEST_SKIP() << name << " needs ISA the host (" << Host().arch << ") lacks"
-
-int MaxHostThreads() { return std::min(Host().threads, 2); }
+using testing::Host;
+using testing::RandomSchedule;
+using testing::TwoThreads;
 
 // Keys in the order of OpKey::Conv2d: n, h, w, ic, oc, kh, kw, sh, sw, ph, pw.
 using Dims = std::array<int64_t, 11>;
@@ -131,20 +117,6 @@ void PackedWeights(const KernelVariant& v) {
   }
 }
 
-// A uniformly drawn schedule from the whole declared space that CheckSchedule
-// accepts for `key` on the host.
-Schedule RandomSchedule(const KernelVariant& v, const OpKey& key, std::mt19937& rng) {
-  for (;;) {
-    Schedule s;
-    s.variant = &v;
-    for (size_t i = 0; i < v.params.size(); ++i) {
-      const auto& vals = v.params[i].values;
-      s.params[i] = vals[std::uniform_int_distribution<size_t>(0, vals.size() - 1)(rng)];
-    }
-    if (CheckSchedule(s, key, Host()).ok()) return s;
-  }
-}
-
 void RandomSchedules(const KernelVariant& v) {
   std::mt19937 rng(20240611u + v.config.conv2d.oc_tile * 131 + v.config.conv2d.ow_tile);
   const std::vector<Dims> shapes = {{1, 11, 13, 19, 37, 3, 3, 1, 1, 1, 1},
@@ -201,7 +173,7 @@ void ConcurrentCallers(const KernelVariant& v) {
         if (!Supports(v, key)) continue;
         Conv2dTester t;
         t.key(key).bias(true).packed_weights(i % 2 == 1).seed(c * 10 + i);
-        if (!t.Test(With(v, key, {{"threads", MaxHostThreads()}}))) return;
+        if (!t.Test(With(v, key, {{"threads", TwoThreads()}}))) return;
       }
     });
   for (auto& t : threads) t.join();
@@ -215,7 +187,7 @@ void Threads(const KernelVariant& v) {
   for (const Dims& d : shapes) {
     const OpKey key = KeyOf(d);
     if (!Supports(v, key)) continue;
-    for (int threads = 1; threads <= MaxHostThreads(); ++threads)
+    for (int threads = 1; threads <= TwoThreads(); ++threads)
       for (int par = 0; par < 3; ++par)
         for (int loop = 0; loop < 2; ++loop, ++i) {
           const Schedule s = With(v, key,
@@ -435,15 +407,7 @@ TEST(CpuConv2dTable, InventoryIsConsistent) {
     EXPECT_GE(v.ParamIndex("threads"), 0) << v.name;
     const std::string tile = std::to_string(v.config.conv2d.oc_tile) + "x" + std::to_string(v.config.conv2d.ow_tile);
     if (v.isa != kIsaScalar) EXPECT_NE(std::string(v.name).find("_" + tile + "__"), std::string::npos) << v.name;
-    for (size_t i = 0; i < v.params.size(); ++i) {
-      const ParamSpec& p = v.params[i];
-      EXPECT_EQ(v.ParamIndex(p.name), static_cast<int>(i));
-      EXPECT_TRUE(std::is_sorted(p.values.begin(), p.values.end()) &&
-                  std::adjacent_find(p.values.begin(), p.values.end()) == p.values.end())
-          << v.name << " " << p.name;
-      EXPECT_TRUE(std::binary_search(p.values.begin(), p.values.end(), p.default_value)) << v.name << " " << p.name;
-      EXPECT_GT(std::string(p.help).size(), 10u);
-    }
+    testing::ExpectParamSpecsValid(v);
     const int ocb = v.ParamIndex("oc_block");
     if (ocb >= 0)
       for (int32_t b : v.params[ocb].values) EXPECT_EQ(b % v.config.conv2d.oc_tile, 0) << v.name;

@@ -5,9 +5,6 @@
 // read per call, threads 1 and 2. One instantiation per variant, named like it
 // (STYLE H2); the tests skip when this build lacks the variant (libdnnl-dev not
 // found at configure time, or CLIFFGUARD_LIBRARY_VARIANTS=OFF).
-#include <strings.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <array>
 #include <cmath>
@@ -25,16 +22,14 @@
 
 #include "cliffguard/kernel.h"
 #include "kernels/cpu/conv2d_kernels.h"
+#include "runtime/kernel_test_util.h"
 
 namespace cliffguard {
 namespace {
 
-const DeviceInfo& Host() {
-  static const DeviceInfo device = HostCpuDevice();
-  return device;
-}
-
-int TwoThreads() { return std::min(Host().threads, 2); }
+using testing::Host;
+using testing::TwoThreads;
+using testing::With;
 
 // n, h, w, ic, oc, kh, kw, stride_h, stride_w, pad_h, pad_w
 using ConvShape = std::array<int64_t, 11>;
@@ -174,12 +169,6 @@ class ConvCase {
   uint32_t seed_ = 1;
 };
 
-Schedule With(const KernelVariant& v, const std::vector<std::pair<std::string, int64_t>>& named) {
-  auto s = Schedule::FromNamed(v.name, named);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  return s.ok() ? *s : Schedule{};
-}
-
 const std::vector<ConvShape> kShapes = {
     {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0},     // the smallest
     {1, 7, 5, 3, 5, 1, 1, 1, 1, 0, 0},     // 1x1
@@ -197,11 +186,9 @@ const std::vector<ConvShape> kShapes = {
 class Conv2dLibrary : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    v_ = FindKernelVariant(GetParam());
-    if (v_ == nullptr)
-      GTEST_SKIP() << "this build has no " << GetParam()
-                   << " (CLIFFGUARD_LIBRARY_VARIANTS=OFF, or its library was not found at configure time)";
-    if (!VariantRunsOn(*v_, OpKind::kConv2d, DType::kF32, Host()).ok()) GTEST_SKIP() << GetParam() << ": host lacks AVX2";
+    std::string missing;
+    v_ = testing::RunnableLibraryVariant(GetParam(), OpKind::kConv2d, missing);
+    if (v_ == nullptr) GTEST_SKIP() << missing;
   }
   const KernelVariant& V() const { return *v_; }
 
@@ -310,9 +297,7 @@ TEST_P(Conv2dLibrary, CheckNamesValueAndRule) {
 // threads > 1 only when idle OpenMP workers sleep (they would starve cliffguard's
 // own pool): the environment of this process decides which way the check goes.
 TEST_P(Conv2dLibrary, ThreadsNeedPassiveOpenMpWaiting) {
-  const char* policy = std::getenv("OMP_WAIT_POLICY");
-  const char* spin = std::getenv("GOMP_SPINCOUNT");
-  const bool passive = (policy && ::strcasecmp(policy, "passive") == 0) || (spin && std::string(spin) == "0");
+  const bool passive = testing::OmpWaitsPassively();
   DeviceInfo d = Host();
   d.threads = 4;
   const OpKey key = KeyOf({1, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1});
@@ -395,22 +380,8 @@ TEST_P(Conv2dLibrary, ThreadsInAChildOfForkFailCleanly) {
   const Schedule two = With(V(), {{"threads", 2}}), one = With(V(), {{"threads", 1}});
   const ConvShape s{1, 16, 16, 8, 8, 3, 3, 1, 1, 1, 1};
   ASSERT_TRUE(ConvCase(s).Test(two));  // the parent's thread now has an OpenMP team
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::alarm(30);
-    std::vector<float> x(16 * 16 * 8, 1.0f), w(8 * 9 * 8, 1.0f), y(16 * 16 * 8);
-    const Conv2dArgs args = DenseConv2dArgs(KeyOf(s), x.data(), w.data(), nullptr, y.data());
-    const Status st = RunConv2d(two, args);
-    const bool refused = st.code() == StatusCode::kFailedPrecondition && st.message().find("fork") != std::string::npos;
-    const bool one_runs = RunConv2d(one, args).ok() && y[(8 * 16 + 8) * 8] == 72.0f;  // an interior output: 9 * 8
-    ::_exit(refused && one_runs ? 0 : 1);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status)) << "child ended by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0)
-                                 << " (SIGALRM: it hung starting an OpenMP team)";
-  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0);
+  testing::ExpectChildOfForkSucceeds([&] { return testing::Conv2dRefusedAfterForkOneRuns(two, one); },
+                                     "it hung starting an OpenMP team");
   EXPECT_TRUE(ConvCase(s).Test(two));
 }
 

@@ -1,8 +1,6 @@
 // Correctness of the CPU fp32 GEMM kernel family. One gtest suite per variant of
 // runtime/kernels/cpu/gemm_f32.inc, named like the variant (STYLE H1/H2); suites
 // skip on hosts without the variant's ISA (STYLE H5).
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -22,39 +20,23 @@
 #include "kernels/cpu/gemm_params.h"
 #include "kernels/cpu/gemv_params.h"
 #include "runtime/gemm_tester.h"
+#include "runtime/kernel_test_util.h"
 
 namespace cliffguard {
 namespace {
 
 using testing::GemmTester;
-
-const DeviceInfo& Host() {
-  static const DeviceInfo device = HostCpuDevice();
-  return device;
-}
-
-// The variant when the host can run it, else nullptr.
-const KernelVariant* Runnable(const char* name) {
-  const KernelVariant* v = FindKernelVariant(name);
-  if (!v || (v->isa & Host().isa) != v->isa) return nullptr;
-  return v;
-}
-
-#define CG_REQUIRE_VARIANT(var, name)                                                         \
-  const KernelVariant* var = Runnable(name);                                                  \
-  if (var == nullptr) GTEST_SKIP() << name << " needs ISA the host (" << Host().arch << ") lacks"
+using testing::Host;
+using testing::RandomSchedule;
+using testing::TwoThreads;
 
 // The declared defaults with some parameters replaced; threads clipped to the host.
-Schedule With(const KernelVariant& v, std::vector<std::pair<std::string, int64_t>> named) {
-  auto s = Schedule::FromNamed(v.name, named);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  Schedule out = *s;
+Schedule With(const KernelVariant& v, const std::vector<std::pair<std::string, int64_t>>& named) {
+  Schedule out = testing::With(v, named);
   const int t = v.ParamIndex("threads");
   out.params[t] = std::min<int32_t>(out.params[t], Host().threads);
   return out;
 }
-
-int MaxHostThreads() { return std::min(Host().threads, 2); }
 
 std::vector<int64_t> Unique(std::vector<int64_t> v) {
   std::sort(v.begin(), v.end());
@@ -94,7 +76,7 @@ void Transposes(const KernelVariant& v) {
             if (tb && !pack_b) continue;  // B read in place needs B not transposed
             const int par = i++ % 3;
             const Schedule s = With(v, {{"mc", 2 * mr}, {"kc", 16}, {"nc", 2 * nr}, {"par", par},
-                                        {"threads", MaxHostThreads()}, {"pack_a", pack_a}, {"pack_b", pack_b}});
+                                        {"threads", TwoThreads()}, {"pack_a", pack_a}, {"pack_b", pack_b}});
             GemmTester t;
             t.shape(sh[0], sh[1], sh[2]).trans_a(ta).trans_b(tb).beta(-0.5f).seed(i);
             if (pad) t.lda_pad(3).ldb_pad(5).ldc_pad(7);
@@ -103,7 +85,7 @@ void Transposes(const KernelVariant& v) {
 }
 
 void AlphaBeta(const KernelVariant& v) {
-  const Schedule s = With(v, {{"kc", 16}, {"threads", MaxHostThreads()}});
+  const Schedule s = With(v, {{"kc", 16}, {"threads", TwoThreads()}});
   for (float alpha : {0.0f, 1.0f, -0.5f, 2.5f})
     for (float beta : {0.0f, 1.0f, -0.5f, 2.5f}) {
       GemmTester t;
@@ -112,20 +94,6 @@ void AlphaBeta(const KernelVariant& v) {
       t.trans_a(true).trans_b(true);
       if (!t.Test(s)) return;
     }
-}
-
-// A uniformly drawn schedule from the whole declared space that CheckSchedule
-// accepts for `key` on the host.
-Schedule RandomSchedule(const KernelVariant& v, const OpKey& key, std::mt19937& rng) {
-  for (;;) {
-    Schedule s;
-    s.variant = &v;
-    for (size_t i = 0; i < v.params.size(); ++i) {
-      const auto& vals = v.params[i].values;
-      s.params[i] = vals[std::uniform_int_distribution<size_t>(0, vals.size() - 1)(rng)];
-    }
-    if (CheckSchedule(s, key, Host()).ok()) return s;
-  }
 }
 
 void RandomSchedules(const KernelVariant& v) {
@@ -209,7 +177,7 @@ void ConcurrentCallers(const KernelVariant& v) {
       for (int r = 0; r < 4; ++r) {
         const int par = (c + r) % 3;
         const Schedule s = With(v, {{"mc", 2 * v.config.gemm.mr}, {"kc", 32}, {"nc", 2 * v.config.gemm.nr}, {"par", par},
-                                    {"threads", MaxHostThreads()}});
+                                    {"threads", TwoThreads()}});
         GemmTester t;
         t.shape(45 + c, 71 + r, 67).beta(r % 2 ? 1.0f : 0.0f).seed(c * 100 + r);
         if (!t.Test(s)) return;
@@ -270,7 +238,7 @@ void GemvShapes(const KernelVariant& v) {
           GemmTester t;
           t.shape(m, n, k).trans_a(ta).trans_b(tb).seed(uint32_t(++seed));
           if (seed % 3 == 0) t.lda_pad(3).ldb_pad(5).ldc_pad(2);
-          if (!t.Test(GemvWith(v, seed % 2 ? MaxHostThreads() : 1, block))) return;
+          if (!t.Test(GemvWith(v, seed % 2 ? TwoThreads() : 1, block))) return;
         }
   EXPECT_FALSE(VariantSupports(v, OpKey::Gemm(cpu::GemvMaxM(tb) + 1, 8, 8, false, tb), Host()).ok());
   EXPECT_FALSE(VariantSupports(v, OpKey::Gemm(1, 8, 8, false, !tb), Host()).ok());
@@ -282,13 +250,13 @@ void GemvAlphaBetaAndBlocks(const KernelVariant& v) {
     for (float beta : {0.0f, 1.0f, 2.5f}) {
       GemmTester t;
       t.shape(3, 150, 70).trans_b(tb).ldc_pad(3).alpha(alpha).beta(beta).nan_c(beta == 0.0f);
-      if (!t.Test(GemvWith(v, MaxHostThreads(), tb ? 4 : 64))) return;
+      if (!t.Test(GemvWith(v, TwoThreads(), tb ? 4 : 64))) return;
     }
   for (int32_t block : v.params[1].values)
     for (int64_t m : {int64_t{1}, int64_t{3}, cpu::GemvMaxM(tb)}) {
       GemmTester t;
       t.shape(m, 300, 257).trans_b(tb).beta(0.5f).seed(uint32_t(block + m));
-      if (!t.Test(GemvWith(v, MaxHostThreads(), block))) return;
+      if (!t.Test(GemvWith(v, TwoThreads(), block))) return;
     }
 }
 
@@ -315,7 +283,7 @@ void GemvConcurrentCallers(const KernelVariant& v) {
       for (int r = 0; r < 4; ++r) {
         GemmTester t;
         t.shape(std::min<int64_t>(1 + c + r, cpu::GemvMaxM(GemvTransB(v))), 301 + r, 129).trans_b(GemvTransB(v)).beta(r % 2 ? 1.0f : 0.0f).seed(c * 100 + r);
-        if (!t.Test(GemvWith(v, MaxHostThreads(), GemvTransB(v) ? 8 : 256))) return;
+        if (!t.Test(GemvWith(v, TwoThreads(), GemvTransB(v) ? 8 : 256))) return;
       }
     });
   for (auto& t : threads) t.join();
@@ -361,15 +329,7 @@ TEST(CpuGemmTable, InventoryIsConsistent) {
   for (const auto& v : all) {
     EXPECT_TRUE(names.insert(v.name).second) << v.name;
     ASSERT_NE(FindKernelVariant(v.name), nullptr) << v.name;
-    for (size_t i = 0; i < v.params.size(); ++i) {
-      const ParamSpec& p = v.params[i];
-      EXPECT_EQ(v.ParamIndex(p.name), static_cast<int>(i));
-      EXPECT_TRUE(std::is_sorted(p.values.begin(), p.values.end()) &&
-                  std::adjacent_find(p.values.begin(), p.values.end()) == p.values.end())
-          << v.name << " " << p.name;
-      EXPECT_TRUE(std::binary_search(p.values.begin(), p.values.end(), p.default_value)) << v.name << " " << p.name;
-      EXPECT_GT(std::string(p.help).size(), 10u);
-    }
+    testing::ExpectParamSpecsValid(v);
   }
   // Each inventory in dispatch preference order: fastest ISA first.
   for (size_t i = 1; i < all.size(); ++i)
@@ -454,19 +414,13 @@ TEST(CpuGemmThreads, SeveralThreadsWorkInAChildOfFork) {
   ASSERT_TRUE(CheckSchedule(two, key, Host()).ok());
   const GemmTester tester = GemmTester().shape(96, 80, 64).beta(0.5f);
   ASSERT_TRUE(tester.Test(two));  // starts the parent's pool workers
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::alarm(30);
-    bool ok = true;
-    for (int i = 0; i < 3; ++i) ok = ok && tester.Test(two);
-    ::_exit(ok ? 0 : 1);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status)) << "child ended by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0)
-                                 << " (SIGALRM: it hung waiting for the parent's pool threads)";
-  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0);
+  testing::ExpectChildOfForkSucceeds(
+      [&] {
+        bool ok = true;
+        for (int i = 0; i < 3; ++i) ok = ok && tester.Test(two);
+        return ok;
+      },
+      "it hung waiting for the parent's pool threads");
   EXPECT_TRUE(tester.Test(two));  // and the parent's pool still works
 }
 

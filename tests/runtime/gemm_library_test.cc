@@ -3,13 +3,9 @@
 // reference of GemmTester. One suite per variant, named like it (STYLE H2); the
 // suites skip when this build lacks the library (CLIFFGUARD_LIBRARY_VARIANTS, or
 // libdnnl-dev / libopenblas-dev not found at configure time).
-#include <strings.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <string>
 #include <thread>
@@ -21,29 +17,15 @@
 #include "cliffguard/kernel.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "runtime/gemm_tester.h"
+#include "runtime/kernel_test_util.h"
 
 namespace cliffguard {
 namespace {
 
 using testing::GemmTester;
-
-const DeviceInfo& Host() {
-  static const DeviceInfo device = HostCpuDevice();
-  return device;
-}
-
-#define CG_REQUIRE_LIBRARY_VARIANT(var, name)                                                                 \
-  const KernelVariant* var = FindKernelVariant(name);                                                         \
-  if (var == nullptr) GTEST_SKIP() << "this build has no " << name << " (CLIFFGUARD_LIBRARY_VARIANTS=OFF, or its library was not found at configure time)"; \
-  if (!VariantRunsOn(*var, OpKind::kGemm, DType::kF32, Host()).ok()) GTEST_SKIP() << name << ": host lacks AVX2"
-
-int TwoThreads() { return std::min(Host().threads, 2); }
-
-Schedule With(const KernelVariant& v, std::vector<std::pair<std::string, int64_t>> named) {
-  auto s = Schedule::FromNamed(v.name, named);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  return s.ok() ? *s : Schedule{};
-}
+using testing::Host;
+using testing::TwoThreads;
+using testing::With;
 
 // Every layout, awkward sizes, padded leading dimensions, threads 1 and 2, each
 // value of the variant's other parameters.
@@ -141,37 +123,35 @@ void ConcurrentCallers(const KernelVariant& v, const std::vector<std::vector<std
 const std::vector<std::vector<std::pair<std::string, int64_t>>> kReorders = {{{"reorder_b", 0}}, {{"reorder_b", 1}}};
 
 TEST(cpu_f32_gemm_onednn, Shapes) {
-  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn", OpKind::kGemm);
   for (const auto& extra : kReorders) Shapes(*v, extra);
 }
 
 TEST(cpu_f32_gemm_onednn, AlphaBeta) {
-  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn", OpKind::kGemm);
   for (const auto& extra : kReorders) AlphaBeta(*v, extra);
 }
 
 TEST(cpu_f32_gemm_onednn, AlphaZeroReadsNeitherAnorB) {
-  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn", OpKind::kGemm);
   AlphaZeroReadsNeitherAnorB(*v);
 }
 
 TEST(cpu_f32_gemm_onednn, DefaultSchedules) {
-  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn", OpKind::kGemm);
   DefaultSchedules(*v);
 }
 
 TEST(cpu_f32_gemm_onednn, CheckNamesValueAndRule) {
-  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn", OpKind::kGemm);
   CheckNamesThreads(*v);
 }
 
 // threads > 1 only when idle OpenMP workers sleep (they would starve cliffguard's
 // own pool): the environment of this process decides which way the check goes.
 TEST(cpu_f32_gemm_onednn, ThreadsNeedPassiveOpenMpWaiting) {
-  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
-  const char* policy = std::getenv("OMP_WAIT_POLICY");
-  const char* spin = std::getenv("GOMP_SPINCOUNT");
-  const bool passive = (policy && ::strcasecmp(policy, "passive") == 0) || (spin && std::string(spin) == "0");
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn", OpKind::kGemm);
+  const bool passive = testing::OmpWaitsPassively();
   DeviceInfo d = Host();
   d.threads = 4;
   const OpKey key = OpKey::Gemm(512, 512, 512);
@@ -191,7 +171,7 @@ TEST(cpu_f32_gemm_onednn, ThreadsNeedPassiveOpenMpWaiting) {
 // Constant weights: packed once (dense for reorder_b = 0, oneDNN's layout for 1),
 // then every call reads only the packed copy, with any leading dimensions of A and C.
 TEST(cpu_f32_gemm_onednn, PackedWeights) {
-  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn", OpKind::kGemm);
   ASSERT_NE(v->pack_weights, nullptr);
   ASSERT_NE(v->packed_weights_bytes, nullptr);
   uint32_t seed = 0;
@@ -211,14 +191,14 @@ TEST(cpu_f32_gemm_onednn, PackedWeights) {
 }
 
 TEST(cpu_f32_gemm_onednn, ConcurrentCallers) {
-  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn", OpKind::kGemm);
   ConcurrentCallers(*v, kReorders);
 }
 
 // More shapes than the per-thread primitive cache holds: evictions, then every
 // shape again, still correct.
 TEST(cpu_f32_gemm_onednn, PrimitiveCacheEvicts) {
-  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn", OpKind::kGemm);
   const Schedule s = With(*v, {{"threads", 1}});
   for (int pass = 0; pass < 2; ++pass)
     for (int64_t m = 1; m <= 80; ++m)
@@ -228,27 +208,13 @@ TEST(cpu_f32_gemm_onednn, PrimitiveCacheEvicts) {
 // libgomp cannot start an OpenMP team in a child of fork() on a thread that had
 // one: such a call returns an error instead of hanging; threads = 1 still runs.
 TEST(cpu_f32_gemm_onednn, ThreadsInAChildOfForkFailCleanly) {
-  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn");
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn", OpKind::kGemm);
   if (Host().threads < 2) GTEST_SKIP() << "needs 2 threads, the host budget is " << Host().threads;
   const Schedule two = With(*v, {{"threads", 2}}), one = With(*v, {{"threads", 1}});
   const GemmTester tester = GemmTester().shape(96, 80, 64).beta(0.5f);
   ASSERT_TRUE(tester.Test(two));  // the parent's thread now has an OpenMP team
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::alarm(30);
-    std::vector<float> a(96 * 64, 1.0f), b(64 * 80, 1.0f), c(96 * 80);
-    const GemmArgs args = DenseGemmArgs(OpKey::Gemm(96, 80, 64), a.data(), b.data(), c.data());
-    const Status st = RunGemm(two, args);
-    const bool refused = st.code() == StatusCode::kFailedPrecondition && st.message().find("fork") != std::string::npos;
-    const bool one_runs = RunGemm(one, args).ok() && c[0] == 64.0f;
-    ::_exit(refused && one_runs ? 0 : 1);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status)) << "child ended by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0)
-                                 << " (SIGALRM: it hung starting an OpenMP team)";
-  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0);
+  testing::ExpectChildOfForkSucceeds([&] { return testing::GemmRefusedAfterForkOneRuns(two, one); },
+                                     "it hung starting an OpenMP team");
   EXPECT_TRUE(tester.Test(two));
 }
 
@@ -257,27 +223,27 @@ TEST(cpu_f32_gemm_onednn, ThreadsInAChildOfForkFailCleanly) {
 const std::vector<std::vector<std::pair<std::string, int64_t>>> kNoExtra = {{}};
 
 TEST(cpu_f32_gemm_openblas, Shapes) {
-  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_openblas");
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_openblas", OpKind::kGemm);
   Shapes(*v, {});
 }
 
 TEST(cpu_f32_gemm_openblas, AlphaBeta) {
-  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_openblas");
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_openblas", OpKind::kGemm);
   AlphaBeta(*v, {});
 }
 
 TEST(cpu_f32_gemm_openblas, AlphaZeroReadsNeitherAnorB) {
-  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_openblas");
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_openblas", OpKind::kGemm);
   AlphaZeroReadsNeitherAnorB(*v);
 }
 
 TEST(cpu_f32_gemm_openblas, DefaultSchedules) {
-  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_openblas");
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_openblas", OpKind::kGemm);
   DefaultSchedules(*v);
 }
 
 TEST(cpu_f32_gemm_openblas, CheckNamesValueAndRule) {
-  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_openblas");
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_openblas", OpKind::kGemm);
   CheckNamesThreads(*v);
   EXPECT_EQ(v->pack_weights, nullptr);  // constant weights run from a dense copy
   const Status st = VariantSupports(*v, OpKey::Gemm(int64_t{1} << 31, 1, 1), Host());
@@ -286,7 +252,7 @@ TEST(cpu_f32_gemm_openblas, CheckNamesValueAndRule) {
 }
 
 TEST(cpu_f32_gemm_openblas, ConcurrentCallers) {
-  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_openblas");
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_openblas", OpKind::kGemm);
   ConcurrentCallers(*v, kNoExtra);
 }
 
