@@ -269,16 +269,6 @@ void RegisterAll() {
   }
 }
 
-void SplitInto(const std::string& list, std::vector<std::string>& out) {
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    size_t comma = list.find(',', pos);
-    if (comma == std::string::npos) comma = list.size();
-    if (comma > pos) out.push_back(list.substr(pos, comma - pos));
-    pos = comma + 1;
-  }
-}
-
 }  // namespace
 }  // namespace cliffguard
 
@@ -288,12 +278,11 @@ int main(int argc, char** argv) {
   std::vector<char*> rest;
   double core_peak = 0;  // GFLOP/s of one core; 0: measure
   for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--bundle=", 9) == 0) SplitInto(argv[i] + 9, g_bundles);
-    else if (std::strncmp(argv[i], "--fma_peak=", 11) == 0) core_peak = std::atof(argv[i] + 11);
+    if (bench::ParseBundleFlag(argv[i], g_bundles)) continue;
+    if (std::strncmp(argv[i], "--fma_peak=", 11) == 0) core_peak = std::atof(argv[i] + 11);
     else rest.push_back(argv[i]);
   }
-  if (const char* env = std::getenv("CG_BUNDLE")) SplitInto(env, g_bundles);
-  if (g_bundles.empty()) fmt::print(stderr, "no bundle given (CG_BUNDLE or --bundle=): tuned rows are skipped\n");
+  bench::AddEnvironmentBundles(g_bundles);
   int rc = static_cast<int>(rest.size());
   benchmark::Initialize(&rc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(rc, rest.data())) return 1;

@@ -159,16 +159,6 @@ void RegisterAll() {
   }
 }
 
-void SplitInto(const std::string& list, std::vector<std::string>& out) {
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    size_t comma = list.find(',', pos);
-    if (comma == std::string::npos) comma = list.size();
-    if (comma > pos) out.push_back(list.substr(pos, comma - pos));
-    pos = comma + 1;
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -179,16 +169,14 @@ int main(int argc, char** argv) {
   
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--bundle=", 9) == 0) {
-      SplitInto(argv[i] + 9, g_bundles);
-    } else if (std::strcmp(argv[i], "--cold") == 0) {
+    if (cliffguard::bench::ParseBundleFlag(argv[i], g_bundles)) continue;
+    if (std::strcmp(argv[i], "--cold") == 0) {
       g_cold = true;
     } else {
       rest.push_back(argv[i]);
     }
   }
-  if (const char* env = std::getenv("CG_BUNDLE")) SplitInto(env, g_bundles);
-  if (g_bundles.empty()) fmt::print(stderr, "no bundle given (CG_BUNDLE or --bundle=): tuned rows are skipped\n");
+  cliffguard::bench::AddEnvironmentBundles(g_bundles);
   int rc = static_cast<int>(rest.size());
   benchmark::Initialize(&rc, rest.data());
 #ifdef CG_HAVE_OPENBLAS

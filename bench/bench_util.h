@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace cliffguard::bench {
@@ -26,6 +28,33 @@ inline void ReexecWithoutOpenblasOverrides(char** argv) {
   if (!omp) ::setenv("OMP_WAIT_POLICY", "passive", 1);
   ::execv("/proc/self/exe", argv);
   std::perror("re-exec without OPENBLAS_CORETYPE failed; OpenBLAS keeps the forced core");
+}
+
+// Appends the comma-separated items of `list` to `out` (empty items skipped).
+inline void SplitInto(const std::string& list, std::vector<std::string>& out) {
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t comma = list.find(',', pos);
+    if (comma == std::string::npos) comma = list.size();
+    if (comma > pos) out.push_back(list.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+}
+
+// Bundles a benchmark loads for its tuned rows: the paths of every --bundle=a,b
+// argument, then those of CG_BUNDLE (comma-separated too). Returns whether `arg` is
+// a --bundle= argument (its paths then appended to `bundles`).
+inline bool ParseBundleFlag(const char* arg, std::vector<std::string>& bundles) {
+  if (std::strncmp(arg, "--bundle=", 9) != 0) return false;
+  SplitInto(arg + 9, bundles);
+  return true;
+}
+
+// After the arguments: appends CG_BUNDLE's paths to `bundles`, and says on stderr
+// when there are none at all.
+inline void AddEnvironmentBundles(std::vector<std::string>& bundles) {
+  if (const char* env = std::getenv("CG_BUNDLE")) SplitInto(env, bundles);
+  if (bundles.empty()) std::fputs("no bundle given (CG_BUNDLE or --bundle=): tuned rows are skipped\n", stderr);
 }
 
 // Copies of one GEMM's operands (A m x k, B the weights, C m x n), rotated between
