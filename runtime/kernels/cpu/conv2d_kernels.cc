@@ -13,6 +13,7 @@
 #include "kernels/cpu/conv2d_params.h"
 #include "kernels/cpu/gemm_params.h"
 #include "kernels/cpu/gemm_ukernel.h"
+#include "kernels/cpu/variant_table.h"
 
 namespace cliffguard::cpu {
 namespace {
@@ -269,19 +270,6 @@ Status RefPack(const KernelVariant& self, const OpKey& key, const ParamValues& /
   for (int64_t o = 0; o < d.oc; ++o)
     std::memcpy(static_cast<float*>(dst) + o * k, static_cast<const float*>(weights) + o * ld, k * sizeof(float));
   return Status::Ok();
-}
-
-// The table: `own` (the inventory, the portable reference last) with `library`
-// inserted before its last row.
-template <size_t N, size_t L>
-constexpr std::array<KernelVariant, N + L> BeforeLast(const std::array<KernelVariant, N>& own,
-                                                      const std::array<KernelVariant, L>& library) {
-  static_assert(N >= 1);
-  std::array<KernelVariant, N + L> out{};
-  for (size_t i = 0; i + 1 < N; ++i) out[i] = own[i];
-  for (size_t i = 0; i < L; ++i) out[N - 1 + i] = library[i];
-  out[N + L - 1] = own[N - 1];
-  return out;
 }
 
 }  // namespace

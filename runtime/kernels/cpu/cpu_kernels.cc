@@ -11,6 +11,7 @@
 #include "kernels/cpu/gemm_ukernel.h"
 #include "kernels/cpu/gemv_kernel.h"
 #include "kernels/cpu/gemv_params.h"
+#include "kernels/cpu/variant_table.h"
 
 namespace cliffguard::cpu {
 namespace {
@@ -50,19 +51,6 @@ Status GemmPackWeights(const KernelVariant& self, const OpKey& key, const ParamV
 }
 
 constexpr uint8_t kDefaultForLarge = 1u << static_cast<unsigned>(ShapeClass::kLarge);
-
-// The table: `own` (the inventories, the portable reference last) with `library`
-// inserted before its last row.
-template <size_t N, size_t L>
-constexpr std::array<KernelVariant, N + L> BeforeLast(const std::array<KernelVariant, N>& own,
-                                                      const std::array<KernelVariant, L>& library) {
-  static_assert(N >= 1);
-  std::array<KernelVariant, N + L> out{};
-  for (size_t i = 0; i + 1 < N; ++i) out[i] = own[i];
-  for (size_t i = 0; i < L; ++i) out[N - 1 + i] = library[i];
-  out[N + L - 1] = own[N - 1];
-  return out;
-}
 
 }  // namespace
 
