@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -10,38 +9,15 @@
 #include "kernels/cpu/conv2d_params.h"
 #include "kernels/cpu/gemm_driver.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/thread_scratch.h"
 
 namespace cliffguard::cpu {
 namespace {
 
-constexpr int64_t kAlignFloats = 16;  // 64 bytes
-
-int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-int64_t CeilDiv(int64_t x, int64_t m) { return (x + m - 1) / m; }
-
-// Grow-only, 64-byte aligned scratch owned by one thread.
-class Scratch {
- public:
-  ~Scratch() { std::free(p_); }
-  float* Get(int64_t floats) {
-    if (floats > cap_) {
-      std::free(p_);
-      const size_t bytes = static_cast<size_t>(RoundUp(std::max<int64_t>(floats, 1), kAlignFloats)) * sizeof(float);
-      p_ = static_cast<float*>(std::aligned_alloc(64, bytes));
-      cap_ = p_ ? floats : 0;
-    }
-    return p_;
-  }
-
- private:
-  float* p_ = nullptr;
-  int64_t cap_ = 0;
-};
-
 // The calling thread's scratch (packed weights, pad buffers of every thread) and
 // each thread's own (im2col / gathered rows of the GEMM-based driver).
-thread_local Scratch tls_shared;
-thread_local Scratch tls_rows;
+thread_local ThreadScratch tls_shared;
+thread_local ThreadScratch tls_rows;
 
 // The dimensions of a conv2d call, in key order.
 struct Shape {

@@ -1,41 +1,17 @@
 #include "kernels/cpu/gemm_driver.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
 
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/thread_scratch.h"
 
 namespace cliffguard::cpu {
 namespace {
 
-constexpr int64_t kAlignFloats = 16;  // 64 bytes
-
-int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-int64_t CeilDiv(int64_t x, int64_t m) { return (x + m - 1) / m; }
-
-// Grow-only, 64-byte aligned scratch owned by one thread.
-class Scratch {
- public:
-  ~Scratch() { std::free(p_); }
-  float* Get(int64_t floats) {
-    if (floats > cap_) {
-      std::free(p_);
-      const size_t bytes = static_cast<size_t>(RoundUp(floats, kAlignFloats)) * sizeof(float);
-      p_ = static_cast<float*>(std::aligned_alloc(64, bytes));
-      cap_ = p_ ? floats : 0;
-    }
-    return p_;
-  }
-
- private:
-  float* p_ = nullptr;
-  int64_t cap_ = 0;
-};
-
-thread_local Scratch tls_scratch;
+thread_local ThreadScratch tls_scratch;
 
 // Contiguous share [begin, end) of `total` units for thread `tid` of `nt`.
 void Split(int64_t total, int tid, int nt, int64_t& begin, int64_t& end) {
