@@ -388,6 +388,45 @@ TEST_P(Conv2dLibrary, ThreadsInAChildOfForkFailCleanly) {
 INSTANTIATE_TEST_SUITE_P(Variants, Conv2dLibrary, ::testing::Values("cpu_f32_conv2d_onednn"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
+// The fork rule holds across the oneDNN variants (one tracker, onednn_common.h): in
+// a child of fork(), a thread that ran the other variant on an OpenMP team before
+// the fork is refused threads > 1 too instead of hanging, and threads = 1 runs. A
+// fresh thread each, on which only the other variant ran a team.
+class OnednnVariants : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string missing;
+    conv_ = testing::RunnableLibraryVariant("cpu_f32_conv2d_onednn", OpKind::kConv2d, missing);
+    if (conv_ != nullptr) gemm_ = testing::RunnableLibraryVariant("cpu_f32_gemm_onednn", OpKind::kGemm, missing);
+    if (gemm_ == nullptr) GTEST_SKIP() << missing;
+    if (Host().threads < 2) GTEST_SKIP() << "needs 2 threads, the host budget is " << Host().threads;
+  }
+
+  const KernelVariant* conv_ = nullptr;
+  const KernelVariant* gemm_ = nullptr;
+};
+
+TEST_F(OnednnVariants, GemmTeamBeforeForkRefusesConv2dThreads) {
+  const Schedule gemm_two = With(*gemm_, {{"threads", 2}});
+  const Schedule two = With(*conv_, {{"threads", 2}}), one = With(*conv_, {{"threads", 1}});
+  std::thread([&] {
+    std::vector<float> a(64 * 64, 1.0f), b(64 * 64, 1.0f), c(64 * 64);
+    ASSERT_TRUE(RunGemm(gemm_two, DenseGemmArgs(OpKey::Gemm(64, 64, 64), a.data(), b.data(), c.data())).ok());
+    testing::ExpectChildOfForkSucceeds([&] { return testing::Conv2dRefusedAfterForkOneRuns(two, one); },
+                                       "conv2d hung starting an OpenMP team after the GEMM's");
+  }).join();
+}
+
+TEST_F(OnednnVariants, Conv2dTeamBeforeForkRefusesGemmThreads) {
+  const Schedule conv_two = With(*conv_, {{"threads", 2}});
+  const Schedule two = With(*gemm_, {{"threads", 2}}), one = With(*gemm_, {{"threads", 1}});
+  std::thread([&] {
+    ASSERT_TRUE(ConvCase({1, 16, 16, 8, 8, 3, 3, 1, 1, 1, 1}).Test(conv_two));
+    testing::ExpectChildOfForkSucceeds([&] { return testing::GemmRefusedAfterForkOneRuns(two, one); },
+                                       "the GEMM hung starting an OpenMP team after conv2d's");
+  }).join();
+}
+
 // After the project's own variants, before the portable one: the library variants
 // of this build sit together, second to last.
 TEST(Conv2dLibraryTable, LibraryVariantsSitBeforeThePortableVariant) {

@@ -18,13 +18,15 @@
 // A null bias runs the primitive without bias; a non-null one the primitive with it.
 //
 // isa = kIsaAvx2 like the GEMM library variants (oneDNN dispatches on the host).
-// Threads: oneDNN runs on OpenMP (libgomp) and the variant follows the rules of
-// cpu_f32_gemm_onednn (gemm_library.h): each call sets the calling thread's OpenMP
-// thread count to `threads` and restores it; threads > 1 passes check() only with
-// OMP_WAIT_POLICY=passive (or GOMP_SPINCOUNT=0) in the environment; a call with
-// threads > 1 in a child of fork() on a thread that ran a team of this variant
-// before the fork returns kFailedPrecondition instead of hanging. Primitives are
-// cached per calling thread (at most 64, least recently used evicted), keyed by the
+// Threads: oneDNN runs on OpenMP (libgomp) and the variant follows the rules every
+// oneDNN variant shares (onednn_common.h; cpu_f32_gemm_onednn, gemm_library.h, too):
+// each call sets the calling thread's OpenMP thread count to `threads` and restores
+// it; threads > 1 passes check() only with OMP_WAIT_POLICY=passive (or
+// GOMP_SPINCOUNT=0) in the environment; in a child of fork(), a call with threads >
+// 1 on a thread that ran any oneDNN variant (this one or cpu_f32_gemm_onednn) on an
+// OpenMP team before the fork returns kFailedPrecondition instead of hanging
+// (threads = 1 still runs). Primitives are cached per calling thread
+// (onednn::PrimitiveCache: at most 64, least recently used evicted), keyed by the
 // shape, threads, algorithm, weights layout and bias presence.
 #pragma once
 

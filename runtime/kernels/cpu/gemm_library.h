@@ -12,20 +12,17 @@
 // BLAS semantics as GemmArgs states them: beta == 0 never reads C (C may hold NaN);
 // alpha == 0 never reads A or B (C = beta * C, done here without the library).
 //
-// Threads. cpu_f32_gemm_onednn: oneDNN runs on OpenMP (libgomp). Each call sets
-// the calling thread's OpenMP thread count (omp_set_num_threads, a per-thread
+// Threads. cpu_f32_gemm_onednn: oneDNN runs on OpenMP (libgomp), under the rules
+// every oneDNN variant shares (onednn_common.h, which gives the reasons). Each call
+// sets the calling thread's OpenMP thread count (omp_set_num_threads, a per-thread
 // setting) to the schedule's `threads` and restores it after; with threads = 1
-// oneDNN runs on the calling thread and starts no OpenMP team. With threads > 1
-// libgomp keeps a team per calling thread, whose idle workers spin for
-// GOMP_SPINCOUNT (libgomp's default: 300000 spins) before they sleep, beside
-// cliffguard's own pool: on a 2-core host the own pool's next call then ran up to
-// 25x slower. libgomp reads its wait policy once at start, so the runtime cannot
-// change it: check() accepts threads > 1 only when the process environment has
-// OMP_WAIT_POLICY=passive (or GOMP_SPINCOUNT=0), and says so otherwise;
-// fit_defaults and candidates keep to threads = 1 then. libgomp cannot
-// start a team in a child of fork() on a thread that had one before the fork (it
-// waits forever for the parent's workers): a call with threads > 1 on such a thread
-// returns kFailedPrecondition instead of hanging (threads = 1 still runs).
+// oneDNN runs on the calling thread and starts no OpenMP team. check() accepts
+// threads > 1 only when the process environment has OMP_WAIT_POLICY=passive (or
+// GOMP_SPINCOUNT=0), and says so otherwise; fit_defaults and candidates keep to
+// threads = 1 then. In a child of fork(), a call with threads > 1 on a thread that
+// ran any oneDNN variant (this one or cpu_f32_conv2d_onednn) on an OpenMP team
+// before the fork returns kFailedPrecondition instead of hanging (threads = 1 still
+// runs).
 //
 // cpu_f32_gemm_openblas: OpenBLAS's thread count is process-global
 // (openblas_set_num_threads). The variant owns it: it is 1 whenever no call with
@@ -66,14 +63,13 @@ inline constexpr ParamSpec kOnednnSpecs[] = {
      "1 = B in oneDNN's preferred blocked layout (packed once for constant weights, else per call); 0 = B as stored"},
 };
 // fn.gemm: oneDNN matmul. Primitives are cached per calling thread, keyed by shape,
-// leading dimensions, beta and parameters (a thread_local map of at most 64 entries,
-// least recently used evicted): after its first call with a key the call allocates
-// nothing in this file (oneDNN's execute builds its own small argument map).
+// leading dimensions, beta and parameters (onednn::PrimitiveCache: at most 64
+// entries, least recently used evicted): after its first call with a key the call
+// allocates nothing in this variant (oneDNN's execute builds its own small argument
+// map).
 // reorder_b = 1 without packed_b reorders B per call into a thread_local buffer in
 // the layout pack_weights writes, then runs like a packed call.
 Status OnednnGemm(const KernelVariant& self, const GemmArgs& args, const ParamValues& params);
-// OMP_WAIT_POLICY=passive or GOMP_SPINCOUNT=0 in the environment (read once).
-bool OmpWaitsPassively();
 // check(): threads <= device.threads; threads > 1 only with passive OpenMP waiting.
 Status OnednnCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
 // fit_defaults(): threads from the shape's work (as the project's own variants),

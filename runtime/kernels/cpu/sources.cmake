@@ -38,6 +38,7 @@ endforeach()
 # Library variants (cmake/CliffguardLibraries.cmake decides which are built): no ISA
 # flags of their own, the libraries dispatch inside.
 if(CLIFFGUARD_WITH_ONEDNN)
+  list(APPEND CG_CPU_KERNEL_SRCS ${CMAKE_CURRENT_LIST_DIR}/onednn_common.cc)
   list(APPEND CG_CPU_KERNEL_SRCS ${CMAKE_CURRENT_LIST_DIR}/gemm_onednn.cc)
   list(APPEND CG_CPU_KERNEL_SRCS ${CMAKE_CURRENT_LIST_DIR}/conv2d_onednn.cc)
 endif()
