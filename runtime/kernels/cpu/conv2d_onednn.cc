@@ -208,7 +208,6 @@ std::vector<ParamValues> OnednnConv2dCandidates(const KernelVariant& /*v*/, cons
   std::vector<ParamValues> out{make(fitted, 1, kOnednnConvAuto), make(fitted, 1, kOnednnConvDirect)};
   for (int32_t t : threads)
     if (t != fitted) out.push_back(make(t, 1, kOnednnConvAuto));
-  out.push_back(make(fitted, 0, kOnednnConvAuto));
   return out;
 }
 
