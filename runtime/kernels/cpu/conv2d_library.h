@@ -56,17 +56,17 @@ enum OnednnConvParam : int { kOnednnConvThreads = 0, kOnednnConvReorderWeights, 
 // algorithm: dnnl::algorithm::convolution_auto (oneDNN picks direct or Winograd)
 // or convolution_direct.
 enum OnednnConvAlgorithm : int32_t { kOnednnConvAuto = 0, kOnednnConvDirect = 1 };
-// reorder_weights = 0 is not offered: oneDNN 2.6 runs a filter in a plain layout
+// check() refuses reorder_weights = 0: oneDNN 2.6 runs a filter in a plain layout
 // (OHWI, OIHW) on its reference kernel, measured 100x-10000x slower than with its
 // preferred layout on the ResNet-18 layers (0.3-3.7 s a call, some past 30 s). The
-// code path stays for a newer oneDNN; a bundle naming 0 is rejected as an entry.
-inline constexpr int32_t kOnednnConvReorderValues[] = {1};
+// kernel still runs it when called directly (tests), for a newer oneDNN.
+inline constexpr int32_t kOnednnConvBoolValues[] = {0, 1};
 inline constexpr int32_t kOnednnConvAlgorithmValues[] = {kOnednnConvAuto, kOnednnConvDirect};
 inline constexpr ParamSpec kOnednnConvSpecs[] = {
     {"threads", kGemmThreadValues, 1, "OpenMP threads oneDNN runs on (caller included); must be <= device threads"},
-    {"reorder_weights", kOnednnConvReorderValues, 1,
-     "1 = filter in oneDNN's preferred layout (reordered once for a plan, else per call); 0 (filter as stored) is "
-     "not offered"},
+    {"reorder_weights", kOnednnConvBoolValues, 1,
+     "1 = filter in oneDNN's preferred layout (reordered once for a plan, else per call); 0 = filter as stored "
+     "(refused by check(): oneDNN's reference kernel)"},
     {"algorithm", kOnednnConvAlgorithmValues, kOnednnConvAuto,
      "0 = convolution_auto (oneDNN chooses), 1 = convolution_direct"},
 };
@@ -75,7 +75,8 @@ inline constexpr ParamSpec kOnednnConvSpecs[] = {
 // on a thread, a call allocates nothing in this file (oneDNN's execute builds its
 // own small argument map; a per-call reorder reuses the thread's buffer).
 Status OnednnConv2d(const KernelVariant& self, const Conv2dArgs& args, const ParamValues& params);
-// check(): threads <= device.threads; threads > 1 only with passive OpenMP waiting.
+// check(): threads <= device.threads; threads > 1 only with passive OpenMP waiting;
+// reorder_weights = 1.
 Status OnednnConv2dCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
 // fit_defaults(): threads from the shape's work (ThreadsForWork; 1 without passive
 // OpenMP waiting), reorder_weights = 1, algorithm auto.

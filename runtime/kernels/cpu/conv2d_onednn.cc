@@ -184,6 +184,10 @@ Status OnednnConv2d(const KernelVariant& self, const Conv2dArgs& args, const Par
 
 Status OnednnConv2dCheck(const KernelVariant& v, const OpKey& /*key*/, const ParamValues& p,
                          const DeviceInfo& device) {
+  if (p[kOnednnConvReorderWeights] == 0)
+    return InvalidArgument(fmt::format("{}: reorder_weights=0 runs oneDNN's reference kernel on a plain-layout "
+                                       "filter (100x-10000x slower); use reorder_weights=1",
+                                       v.name));
   return onednn::CheckThreads(v, p[kOnednnConvThreads], device);
 }
 
