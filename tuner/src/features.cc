@@ -115,14 +115,14 @@ void ExtractFeatures(const OpKey& key, const Schedule& schedule, const DeviceInf
   const double isa_level = v->isa ? std::bit_width(v->isa) - 1 : 0;  // index of the highest IsaBits level
   const double backend = static_cast<double>(v->backend);
   const double num_params = static_cast<double>(v->params.size());
-  const bool conv = key.op == OpKind::kConv2d;
-  const GemmView g = key.Validate().ok() ? GemmViewOf(key) : GemmView{key.dims[0], key.dims[1], key.dims[2]};
+  const bool conv = key.op == OpKind::kConv2d, valid = key.Validate().ok();
+  const GemmView g = valid ? GemmViewOf(key) : GemmView{key.dims[0], key.dims[1], key.dims[2]};
   const double m = static_cast<double>(std::max<int64_t>(1, g.m));
   const double n = static_cast<double>(std::max<int64_t>(1, g.n));
   const double k = static_cast<double>(std::max<int64_t>(1, g.k));
   // conv2d's own geometry (-1 for other ops) and its kernel's register tile.
   const double op = static_cast<double>(key.op);
-  const Conv2dOutput co = conv && key.Validate().ok() ? Conv2dOutputDims(key) : Conv2dOutput{-1, -1};
+  const Conv2dOutput co = conv && valid ? Conv2dOutputDims(key) : Conv2dOutput{-1, -1};
   const double ckh = conv ? key.dims[5] : -1, ckw = conv ? key.dims[6] : -1, cstride = conv ? key.dims[7] : -1,
                cpad = conv ? key.dims[9] : -1, cic = conv ? key.dims[3] : -1, coc = conv ? key.dims[4] : -1,
                cw = conv ? key.dims[2] : -1, coh = double(co.oh), cow = double(co.ow);
