@@ -2,7 +2,9 @@
 // (op key, schedule, device). The same layout is used for every variant and key so
 // that one model, shared per (device, op), learns across shapes.
 //
-// Features describe the GEMM view of a key (m, n, k; conv2d as implicit GEMM) and
+// Features describe the GEMM view of a key (m, n, k; conv2d as implicit GEMM,
+// GemmViewOf), conv2d's own geometry (kernel, stride, padding, channels, output
+// size, the variant's oc x ow register tile and working sets; -1 for other ops) and
 // the schedule's knobs. Named knobs are those of the CPU GEMM family; they are
 // looked up by name (KernelVariant::ParamIndex): mc, kc, nc (cache
 // blocks, elements), par (which loop is parallel), threads, unroll_k, prefetch,
