@@ -444,14 +444,18 @@ bool NeedsEscape(uint64_t w) {
 }
 bool NeedsEscape(unsigned char c) { return c < 0x20 || c >= 0x80 || c == '"' || c == '\\'; }
 
+// `s` copied to p; returns the end. An empty view may have a null data(), which
+// memcpy must not be given.
+char* CopyText(char* p, std::string_view s) {
+  if (!s.empty()) std::memcpy(p, s.data(), s.size());
+  return p + s.size();
+}
+
 // `s` as a JSON string at p, which has room for 2 + 6 * s.size() bytes (an escape
 // takes at most 6 bytes per byte); bytes that are not UTF-8 become U+FFFD. Returns
 // the end.
 char* EscapedText(char* p, std::string_view s) {
-  auto append = [&](std::string_view t) {
-    std::memcpy(p, t.data(), t.size());
-    p += t.size();
-  };
+  auto append = [&](std::string_view t) { p = CopyText(p, t); };
   *p++ = '"';
   const char* in = s.data();
   const char* const last = in + s.size();
@@ -506,14 +510,8 @@ size_t JsonBound(std::string_view s) { return 2 + 6 * s.size(); }
 size_t JsonBound(const ReportText* t) { return t ? t->json.size() : 0; }
 size_t JsonBound(Escaped s) { return s.json.size(); }
 char* JsonText(char* p, std::string_view s) { return EscapedText(p, s); }
-char* JsonText(char* p, const ReportText* t) {
-  std::memcpy(p, t->json.data(), t->json.size());
-  return p + t->json.size();
-}
-char* JsonText(char* p, Escaped s) {
-  std::memcpy(p, s.json.data(), s.json.size());
-  return p + s.json.size();
-}
+char* JsonText(char* p, const ReportText* t) { return CopyText(p, t->json); }
+char* JsonText(char* p, Escaped s) { return CopyText(p, s.json); }
 
 constexpr size_t kNumberBytes = 48;  // room for a number's text (and for the whole-word copies that write it)
 
@@ -736,8 +734,7 @@ class JsonOut {
     Item();
     Room(k.size() + 4);
     *p_++ = '"';
-    std::memcpy(p_, k.data(), k.size());
-    p_ += k.size();
+    p_ = CopyText(p_, k);
     *p_++ = '"';
     *p_++ = ':';
     if (multiline_) *p_++ = ' ';
@@ -746,10 +743,7 @@ class JsonOut {
     Room(kNumberBytes);
     p_ = NumberText(p_, v);
   }
-  void Append(std::string_view s) {  // room ensured
-    std::memcpy(p_, s.data(), s.size());
-    p_ += s.size();
-  }
+  void Append(std::string_view s) { p_ = CopyText(p_, s); }  // room ensured
   void String(std::string_view s) {
     Room(2 + 6 * s.size());
     p_ = EscapedText(p_, s);
