@@ -116,7 +116,8 @@ TEST(Conv2dRuntimeTest, PlansPackTheFilterOnceAndHitOnEitherKey) {
       ASSERT_TRUE(plan->Run(p.x.data(), p.y.data()).ok());
       EXPECT_TRUE(p.Correct()) << ConvWeightLayoutName(layout);
     }
-    const KeyStats* s = StatsOf(rt->Stats(), tuned);
+    const auto stats = rt->Stats();
+    const KeyStats* s = StatsOf(stats, tuned);
     ASSERT_NE(s, nullptr);
     EXPECT_EQ(s->hits, 2u);
   }
