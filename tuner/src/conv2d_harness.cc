@@ -90,25 +90,12 @@ class Conv2dHarness final : public OpHarness {
     if (!args.ok()) return fmt::format("kernel failed: {}", args.status().ToString());
     Status st = RunConv2d(s, *args);
     if (!st.ok()) return fmt::format("kernel failed: {}", st.ToString());
-    const float* y = set.y.data();
-    double worst = 0;
-    int64_t where = -1;
-    for (size_t t = 0; t < checked_.size(); ++t) {
-      const int64_t idx = checked_[t];
-      const double err = std::abs(static_cast<double>(y[idx]) - ref_[t]) / std::max(scale_[t], 1e-30);
-      if (!(err <= worst)) {  // also catches NaN
-        worst = std::isnan(err) ? std::numeric_limits<double>::infinity() : err;
-        where = idx;
-        if (std::isnan(err)) break;
-      }
-    }
-    if (worst > opt_.tolerance) {
-      const bool nan = std::isnan(y[where]) || std::isinf(worst);
-      const int64_t oc = key_.dims[4], pixel = where / oc;
+    const WorstError w = FindWorstError(set.y.data(), checked_, ref_, scale_);
+    if (w.error > opt_.tolerance) {
+      const int64_t oc = key_.dims[4], pixel = w.where / oc;
       return fmt::format("wrong result: max rel error {} > tol {:.1e} at output (n={}, y={}, x={}, oc={}) of {} checked",
-                         nan ? std::string("nan") : fmt::format("{:.2e}", worst), opt_.tolerance,
-                         pixel / (out_.oh * out_.ow), pixel / out_.ow % out_.oh, pixel % out_.ow, where % oc,
-                         checked_.size());
+                         ErrorText(w), opt_.tolerance, pixel / (out_.oh * out_.ow), pixel / out_.ow % out_.oh,
+                         pixel % out_.ow, w.where % oc, checked_.size());
     }
     return "";
   }

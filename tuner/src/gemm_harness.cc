@@ -77,24 +77,10 @@ class GemmHarness final : public OpHarness {
     }
     Status st = RunGemm(s, args);
     if (!st.ok()) return fmt::format("kernel failed: {}", st.ToString());
-    const float* c = set.c.data();
-    double worst = 0;
-    int64_t where = -1;
-    for (size_t t = 0; t < checked_.size(); ++t) {
-      const int64_t idx = checked_[t];
-      const double err = std::abs(static_cast<double>(c[idx]) - ref_[t]) / std::max(scale_[t], 1e-30);
-      if (!(err <= worst)) {  // also catches NaN
-        worst = std::isnan(err) ? std::numeric_limits<double>::infinity() : err;
-        where = idx;
-        if (std::isnan(err)) break;
-      }
-    }
-    if (worst > opt_.tolerance) {
-      const bool nan = std::isnan(c[where]) || std::isinf(worst);
-      return fmt::format("wrong result: max rel error {} > tol {:.1e} at ({},{}) of {} checked",
-                         nan ? std::string("nan") : fmt::format("{:.2e}", worst), opt_.tolerance, where / key_.n(),
-                         where % key_.n(), checked_.size());
-    }
+    const WorstError w = FindWorstError(set.c.data(), checked_, ref_, scale_);
+    if (w.error > opt_.tolerance)
+      return fmt::format("wrong result: max rel error {} > tol {:.1e} at ({},{}) of {} checked", ErrorText(w),
+                         opt_.tolerance, w.where / key_.n(), w.where % key_.n(), checked_.size());
     return "";
   }
 

@@ -3,6 +3,8 @@
 #include "harness.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -40,6 +42,24 @@ int64_t RotatedCopies(int64_t set_bytes, const MeasureOptions& options, const De
   copies = std::clamp<int64_t>(copies, 1, std::max(1, options.max_copies));
   return std::max<int64_t>(1, std::min<int64_t>(copies, (int64_t{1} << 30) / set_bytes));
 }
+
+WorstError FindWorstError(const float* out, std::span<const int64_t> checked, std::span<const double> ref,
+                          std::span<const double> scale) {
+  WorstError w;
+  for (size_t t = 0; t < checked.size(); ++t) {
+    const int64_t idx = checked[t];
+    const double err = std::abs(static_cast<double>(out[idx]) - ref[t]) / std::max(scale[t], 1e-30);
+    if (!(err <= w.error)) {  // also catches NaN
+      w.error = std::isnan(err) ? std::numeric_limits<double>::infinity() : err;
+      w.where = idx;
+      if (std::isnan(err)) break;
+    }
+  }
+  w.nan = w.where >= 0 && (std::isnan(out[w.where]) || std::isinf(w.error));
+  return w;
+}
+
+std::string ErrorText(const WorstError& w) { return w.nan ? std::string("nan") : fmt::format("{:.2e}", w.error); }
 
 StatusOr<std::unique_ptr<OpHarness>> MakeHarness(const OpKey& key, const MeasureOptions& options) {
   CG_RETURN_IF_ERROR(key.Validate());

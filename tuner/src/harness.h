@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,20 @@ class PackedWeightsCache {
 // options.rotate_bytes (or twice the device's cache), within options.max_copies
 // and 1 GiB.
 int64_t RotatedCopies(int64_t set_bytes, const MeasureOptions& options, const DeviceInfo& device);
+
+// The worst relative error of an output against its reference at the checked
+// indices: |out[i] - ref[t]| / scale[t] (scale: sum of |products|). A NaN output or
+// error counts as infinite and ends the scan. `where` is that output's index (-1
+// when every error is 0).
+struct WorstError {
+  double error = 0;
+  int64_t where = -1;
+  bool nan = false;  // the worst output is NaN (or its error infinite)
+};
+WorstError FindWorstError(const float* out, std::span<const int64_t> checked, std::span<const double> ref,
+                          std::span<const double> scale);
+// "nan" or the error as "1.23e-04", for "wrong result: max rel error ..." messages.
+std::string ErrorText(const WorstError& w);
 
 // kUnimplemented for an op (or dtype) that has no harness yet.
 StatusOr<std::unique_ptr<OpHarness>> MakeHarness(const OpKey& key, const MeasureOptions& options);
