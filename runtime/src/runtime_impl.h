@@ -136,4 +136,19 @@ inline Status RunMissed(ThreadSlot* s, ThreadSlot::MissCacheLine& line, RunFn&& 
   return st;
 }
 
+// Runs a plan's call and counts it: a hit in the calling thread's plan counters, a
+// miss (timed) in the plan's miss record. `run()` runs the call.
+template <typename RunFn>
+inline Status RunPlanned(Runtime::Impl& r, bool hit, uint32_t plan_index, MissEntry* miss, ServedBy served_by,
+                         RunFn&& run) {
+  if (hit) [[likely]] {
+    r.slots.CountPlanHit(r.slots.Local(), plan_index);
+    return run();
+  }
+  const uint64_t t0 = TickClock::Now();
+  Status st = run();
+  miss->Record(r.slots.Local()->stripe, served_by, t0, TickClock::Now());
+  return st;
+}
+
 }  // namespace cliffguard

@@ -183,14 +183,7 @@ Status Conv2dPlan::Run(const float* x, float* y) const {
   if (!x || !y) [[unlikely]] return InvalidArgument(fmt::format("Conv2dPlan::Run: pointer {} is null", !x ? "x" : "y"));
   Conv2dArgs args = DenseConv2dArgs(key_, x, weights_.get(), bias_.get(), y);
   if (packed_layout_) args.packed_weights = weights_.get();
-  if (hit_) [[likely]] {
-    runtime_->slots.CountPlanHit(runtime_->slots.Local(), plan_index_);
-    return RunConv2d(schedule_, args);
-  }
-  const uint64_t t0 = TickClock::Now();
-  Status st = RunConv2d(schedule_, args);
-  miss_->Record(runtime_->slots.Local()->stripe, served_by_, t0, TickClock::Now());
-  return st;
+  return RunPlanned(*runtime_, hit_, plan_index_, miss_, served_by_, [&] { return RunConv2d(schedule_, args); });
 }
 
 namespace ops::conv2d {

@@ -250,14 +250,7 @@ GemmPlan::~GemmPlan() = default;
 
 Status GemmPlan::Dispatch(GemmArgs& args) const {
   if (!KnownKeyArgsValid(args, ld_)) [[unlikely]] return InvalidGemmArgs(args);
-  if (hit_) [[likely]] {
-    runtime_->slots.CountPlanHit(runtime_->slots.Local(), plan_index_);
-    return RunGemm(schedule_, args);
-  }
-  const uint64_t t0 = TickClock::Now();
-  Status st = RunGemm(schedule_, args);
-  miss_->Record(runtime_->slots.Local()->stripe, served_by_, t0, TickClock::Now());
-  return st;
+  return RunPlanned(*runtime_, hit_, plan_index_, miss_, served_by_, [&] { return RunGemm(schedule_, args); });
 }
 
 namespace {
