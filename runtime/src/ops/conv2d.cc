@@ -44,18 +44,23 @@ Conv2dArgs DenseConv2dArgs(const OpKey& key, const void* x, const void* weights,
   return a;
 }
 
-Status ValidateConv2dArgs(const Conv2dArgs& a) {
+namespace {
+// ValidateConv2dArgs for a call whose key is `key` (Conv2dKeyOf(a)), built once.
+Status CheckConv2dArgs(const Conv2dArgs& a, const OpKey& key) {
   if (a.dilation_h != 1 || a.dilation_w != 1)
     return Unimplemented(fmt::format("conv2d: dilation {}x{} is not supported (only 1x1)", a.dilation_h, a.dilation_w));
   if (a.groups != 1) return Unimplemented(fmt::format("conv2d: groups={} is not supported (only 1)", a.groups));
   if (a.weight_layout != ConvWeightLayout::kOhwi && a.weight_layout != ConvWeightLayout::kOihw)
     return InvalidArgument(fmt::format("conv2d: weight layout {} is not ohwi (0) or oihw (1)",
                                        static_cast<int>(a.weight_layout)));
-  CG_RETURN_IF_ERROR(Conv2dKeyOf(a).Validate());
+  CG_RETURN_IF_ERROR(key.Validate());
   if (!a.x || !a.y || (!a.weights && !a.packed_weights))
     return InvalidArgument(fmt::format("conv2d: pointer {} is null", !a.x ? "x" : !a.y ? "y" : "weights"));
   return Status::Ok();
 }
+}  // namespace
+
+Status ValidateConv2dArgs(const Conv2dArgs& a) { return CheckConv2dArgs(a, Conv2dKeyOf(a)); }
 
 namespace {
 
@@ -90,8 +95,8 @@ float* AlignedFloats(size_t count) {
 Status Runtime::Conv2d(const Conv2dArgs& a) {
   if (a.packed_weights) [[unlikely]]
     return InvalidArgument("conv2d: packed_weights is set: a packed filter runs through a Conv2dPlan");
-  CG_RETURN_IF_ERROR(ValidateConv2dArgs(a));
   const OpKey key = Conv2dKeyOf(a);
+  CG_RETURN_IF_ERROR(CheckConv2dArgs(a, key));
   Impl& r = *impl_;
   const uint64_t hash = key.Hash();
   ThreadSlot* s = r.slots.Local();
