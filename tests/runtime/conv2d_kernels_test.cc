@@ -340,6 +340,7 @@ struct Lanes16Traits {
     for (int i = 0; i < 16; ++i) c.f[i] = std::fma(a.f[i], b.f[i], c.f[i]);
     return c;
   }
+  static void FmaAcc(V& acc, V a, V b) { acc = Fma(a, b, acc); }
   static V Mul(V a, V b) {
     for (int i = 0; i < 16; ++i) a.f[i] *= b.f[i];
     return a;

@@ -78,7 +78,7 @@ void DirectTile(const ConvTileArgs& a) {
           for (int j = 0; j < M; ++j) {
             const V xv = T::Bcast(x[j] + e);
 #pragma GCC unroll 8
-            for (int v = 0; v < NV; ++v) acc[j][v] = T::Fma(xv, wv[v], acc[j][v]);
+            for (int v = 0; v < NV; ++v) T::FmaAcc(acc[j][v], xv, wv[v]);
           }
         }
       }

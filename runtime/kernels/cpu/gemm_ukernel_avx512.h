@@ -20,6 +20,7 @@ struct Avx512Traits {
   static CG_INLINE V Load(const float* p) { return _mm512_loadu_ps(p); }
   static CG_INLINE V Bcast(const float* p) { return _mm512_set1_ps(*p); }
   static CG_INLINE V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static CG_INLINE void FmaAcc(V& acc, V a, V b) { acc = _mm512_fmadd_ps(a, b, acc); }
   static CG_INLINE V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static CG_INLINE void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static CG_INLINE V LoadN(const float* p, int n) { return _mm512_maskz_loadu_ps(Mask(n), p); }
