@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <spdlog/cfg/env.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -51,11 +53,23 @@ int ReportParseError(CLI::App& app, const CLI::ParseError& e, const std::string&
   return kExitUsage;
 }
 
+// libgomp reads its waiting policy once, when it loads: a process that may run oneDNN
+// schedules with threads > 1 must start with passive waiting, or those schedules are
+// refused (README, "Library schedules"). The command re-executes itself once with
+// OMP_WAIT_POLICY=passive unless the user chose a policy (or GOMP_SPINCOUNT); the pid
+// stays the same. Should exec fail, the command runs on: such schedules are refused.
+void ReexecWithPassiveOpenMpWaiting(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+  ::setenv("OMP_WAIT_POLICY", "passive", 1);
+  ::execv("/proc/self/exe", argv);
+}
+
 }  // namespace
 }  // namespace cliffguard::cli
 
 int main(int argc, char** argv) {
   using namespace cliffguard::cli;
+  ReexecWithPassiveOpenMpWaiting(argv);
   // Diagnostics go to stderr, results to stdout. SPDLOG_LEVEL=info shows load details.
   spdlog::set_default_logger(spdlog::stderr_color_mt("cliffguard"));
   spdlog::set_level(spdlog::level::warn);
