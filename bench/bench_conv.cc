@@ -79,43 +79,6 @@ OpKey KeyOf(const Layer& l) {
 
 double g_peak[3] = {0, 0, 0};  // assumed FMA peak GFLOP/s on 1 and 2 threads
 
-// ---- FMA peak ----
-
-__attribute__((target("avx2,fma"))) float FmaChains(int64_t steps) {
-  __m256 acc[10];
-  for (auto& a : acc) a = _mm256_set1_ps(1.0f);
-  const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
-  for (int64_t i = 0; i < steps; ++i) {
-#pragma GCC unroll 10
-    for (auto& a : acc) a = _mm256_fmadd_ps(a, x, y);  // unrolled: the chains stay in registers
-  }
-  float out[8], s = 0;
-  for (auto& a : acc) {
-    _mm256_storeu_ps(out, a);
-    s += out[0];
-  }
-  return s;
-}
-
-// Best of 20 runs of 10 chains x 2^20 FMAs of 8 lanes on each of `threads` threads
-// (about 1.5 ms each on a 3 GHz core with two FMA pipes).
-double MeasureFmaPeak(int threads) {
-  constexpr int64_t kSteps = int64_t{1} << 20;
-  double best = 0;
-  std::vector<float> sink(size_t(threads), 0.0f);
-  for (int rep = 0; rep < 20; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back([&sink, t] { sink[size_t(t)] += FmaChains(kSteps); });
-    sink[0] += FmaChains(kSteps);
-    for (auto& th : pool) th.join();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, double(kSteps) * 10 * 16 * threads * 1e-9 / s);
-  }
-  benchmark::DoNotOptimize(sink.data());
-  return best;
-}
-
 // ---- rows ----
 
 struct Tensors {
@@ -287,12 +250,12 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&rc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(rc, rest.data())) return 1;
   const bool measured = core_peak <= 0;
-  if (measured) core_peak = MeasureFmaPeak(1);
+  if (measured) core_peak = bench::MeasureFmaPeak(1);
   for (int t : kThreadCounts) {
     g_peak[t] = core_peak * t;
     benchmark::AddCustomContext(fmt::format("fma_peak_gflops_{}t", t), fmt::format("{:.1f}", g_peak[t]));
   }
-  const double all = MeasureFmaPeak(kThreadCounts[1]);
+  const double all = bench::MeasureFmaPeak(kThreadCounts[1]);
   benchmark::AddCustomContext(fmt::format("fma_peak_measured_gflops_{}t", kThreadCounts[1]), fmt::format("{:.1f}", all));
   fmt::print(stderr, "FMA peak assumed: {:.1f} GFLOP/s per core ({}); measured on {} threads now: {:.1f}\n", core_peak,
              measured ? "measured, AVX2" : "--fma_peak", kThreadCounts[1], all);

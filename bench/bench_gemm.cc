@@ -89,6 +89,7 @@ const std::vector<HandPick>& HandPicked() {
   //     element of B is used by at most 16 rows), short kc=32 blocks
   static const char* k8x32 = "cpu_f32_gemm_8x32__avx512";
   static const char* k6x64 = "cpu_f32_gemm_6x64__avx512";
+  static const char* k6x16 = "cpu_f32_gemm_6x16__avx2";
   static const std::vector<HandPick> picks = {
       {{256, 256, 256}, 1, k6x64, CG_P(48, 256, 1536, 1, 1, 2, 0, 1, 1)},
       {{256, 256, 256}, 2, k6x64, CG_P(48, 256, 1536, 1, 2, 2, 0, 1, 1)},
@@ -120,14 +121,27 @@ const std::vector<HandPick>& HandPicked() {
       {{384, 3072, 768}, 2, k8x32, CG_P(32, 192, 2048, 1, 2, 1, 4, 0, 1)},
       {{384, 768, 3072}, 1, k6x64, CG_P(48, 256, 4096, 1, 1, 2, 0, 1, 1)},
       {{384, 768, 3072}, 2, k6x64, CG_P(48, 256, 4096, 1, 2, 2, 0, 1, 1)},
+      // AVX2 hosts (AMD EPYC, Zen 3), from --explore with explicit candidates: 6x16,
+      // A block 96 x 256 (96 KiB, in L2), B panel 256 x 16 (16 KiB, in L1).
+      {{1024, 1024, 1024}, 1, k6x16, CG_P(96, 256, 1024, 0, 1, 4, 0, 1, 1)},
+      {{1024, 1024, 1024}, 2, k6x16, CG_P(96, 256, 1024, 1, 2, 4, 0, 1, 1)},
+      {{2048, 2048, 2048}, 1, k6x16, CG_P(96, 256, 1024, 0, 1, 4, 0, 1, 1)},
+      {{2048, 2048, 2048}, 2, k6x16, CG_P(96, 256, 1024, 1, 2, 4, 0, 1, 1)},
   };
   return picks;
 }
 
-const HandPick* FindHandPick(const Shape& s, int threads) {
-  for (const auto& p : HandPicked())
-    if (p.shape.m == s.m && p.shape.n == s.n && p.shape.k == s.k && p.threads == threads) return &p;
-  return nullptr;
+// The first hand-picked schedule for (shape, threads) that the host runs, or an
+// error naming why none does.
+StatusOr<Schedule> FindHandPick(const Shape& s, int threads, const OpKey& key, const DeviceInfo& device) {
+  Status why = NotFound("no hand-picked schedule");
+  for (const auto& p : HandPicked()) {
+    if (p.shape.m != s.m || p.shape.n != s.n || p.shape.k != s.k || p.threads != threads) continue;
+    auto sched = Schedule::FromNamed(p.variant, p.params);
+    why = sched.ok() ? CheckSchedule(*sched, key, device) : sched.status();
+    if (why.ok()) return sched;
+  }
+  return why;
 }
 
 // Operands of one shape, filled once with values in [-1, 1].
@@ -155,9 +169,14 @@ double WallSeconds() {
 // GFLOPS: by wall time (the headline figure). GFLOPS_cpu: by process CPU time
 // divided by the thread count, an estimate of the uncontended rate on a busy host
 // (it counts spinning workers as busy, so it errs low for threads > 1).
+// FMA peak of 1 and 2 threads (bench::MeasureFmaPeak), measured at start.
+double g_peak[3] = {0, 0, 0};
+
 void SetFlops(benchmark::State& state, const Shape& s, double cpu_seconds, int threads) {
   const double flops = 2.0 * s.m * s.n * s.k * state.iterations();
   state.counters["GFLOPS"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsRate);
+  if (threads >= 1 && threads <= 2 && g_peak[threads] > 0)
+    state.counters["peak_fraction"] = benchmark::Counter(flops * 1e-9 / g_peak[threads], benchmark::Counter::kIsRate);
   state.counters["GFLOPS_cpu"] = cpu_seconds > 0 ? flops * 1e-9 / (cpu_seconds / threads) : 0.0;
 }
 
@@ -206,16 +225,12 @@ void RegisterAll() {
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
       }
-      if (const HandPick* hp = FindHandPick(s, threads)) {
-        auto sched = Schedule::FromNamed(hp->variant, hp->params);
-        const Status st = sched.ok() ? CheckSchedule(*sched, key, device) : sched.status();
-        if (st.ok()) {
-          benchmark::RegisterBenchmark(("gemm_f32/" + shape + "/hand").c_str(), BenchSchedule, s, *sched)
-              ->Unit(benchmark::kMicrosecond)
-              ->UseRealTime();
-        } else {
-          std::fprintf(stderr, "hand-picked schedule for %s skipped: %s\n", shape.c_str(), st.ToString().c_str());
-        }
+      if (auto sched = FindHandPick(s, threads, key, device); sched.ok()) {
+        benchmark::RegisterBenchmark(("gemm_f32/" + shape + "/hand").c_str(), BenchSchedule, s, *sched)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
+      } else if (sched.status().code() != StatusCode::kNotFound) {
+        std::fprintf(stderr, "hand-picked schedule for %s skipped: %s\n", shape.c_str(), sched.status().ToString().c_str());
       }
 #ifdef CG_HAVE_OPENBLAS
       benchmark::RegisterBenchmark(("gemm_f32/" + shape + "/openblas").c_str(), BenchOpenBlas, s, threads)
@@ -315,6 +330,11 @@ int main(int argc, char** argv) {
 #endif
   const cliffguard::DeviceInfo host = cliffguard::HostCpuDevice();
   benchmark::AddCustomContext("cliffguard_device", host.fingerprint + " " + host.name);
+  if (host.isa & cliffguard::kIsaAvx2)
+    for (int t : {1, 2}) {
+      cliffguard::g_peak[t] = cliffguard::bench::MeasureFmaPeak(t);
+      benchmark::AddCustomContext(fmt::format("fma_peak_gflops_{}t", t), fmt::format("{:.1f}", cliffguard::g_peak[t]));
+    }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   cliffguard::RegisterAll();

@@ -296,26 +296,11 @@ void BM_read_bandwidth(benchmark::State& st) {
   st.counters["GBps"] = benchmark::Counter(double(share * size_t(threads)) * 4e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// The compute bound: 10 independent FMA chains in registers per thread (AVX2 + FMA).
-__attribute__((target("avx2,fma"))) float FmaChains(int64_t steps) {
-  __m256 acc[10];
-  for (auto& a : acc) a = _mm256_set1_ps(1.0f);
-  const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
-  for (int64_t i = 0; i < steps; ++i)
-    for (auto& a : acc) a = _mm256_fmadd_ps(a, x, y);
-  float out[8], s = 0;
-  for (auto& a : acc) {
-    _mm256_storeu_ps(out, a);
-    s += out[0];
-  }
-  return s;
-}
-
 void BM_fma_peak(benchmark::State& st) {
   const int threads = int(st.range(0));
   constexpr int64_t kSteps = 1 << 20;
   std::vector<float> sink(static_cast<size_t>(threads), 0.0f);
-  for (auto _ : st) OnThreads(threads, [&](int t) { sink[size_t(t)] += FmaChains(kSteps); });
+  for (auto _ : st) OnThreads(threads, [&](int t) { sink[size_t(t)] += bench::FmaChains(kSteps); });
   benchmark::DoNotOptimize(sink.data());
   st.counters["GFLOPS"] =
       benchmark::Counter(double(kSteps) * 10 * 16 * threads * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
