@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <fmt/format.h>
 
 #include "kernels/cpu/thread_pool.h"
@@ -48,18 +52,38 @@ inline bool CopyFullPanel(float* dst, const float* src, int64_t ld, int64_t rows
 }
 
 // Transposing copy: dst[p * width + i] = src[i * ld + p] for i < rows, p < depth
-// (rows of the source become columns of the panel), in chunks of 8 along p.
+// (rows of the source become columns of the panel). Four rows at a time through
+// 4x4 SSE transposes (SSE2 is the x86-64 baseline this ISA-free file may use).
 inline void PackTransposed(float* __restrict dst, int width, const float* __restrict src, int64_t ld, int rows,
                            int64_t depth) {
-  constexpr int kChunk = 8;
-  int64_t p = 0;
-  for (; p + kChunk <= depth; p += kChunk)
-    for (int i = 0; i < rows; ++i) {
-      const float* s = src + i * ld + p;
-      for (int u = 0; u < kChunk; ++u) dst[(p + u) * width + i] = s[u];
+  int i = 0;
+#if defined(__SSE2__)
+  for (; i + 4 <= rows; i += 4) {
+    const float* s0 = src + i * ld;
+    const float* s1 = s0 + ld;
+    const float* s2 = s1 + ld;
+    const float* s3 = s2 + ld;
+    float* d = dst + i;
+    int64_t p = 0;
+    for (; p + 4 <= depth; p += 4) {
+      __m128 r0 = _mm_loadu_ps(s0 + p), r1 = _mm_loadu_ps(s1 + p), r2 = _mm_loadu_ps(s2 + p),
+             r3 = _mm_loadu_ps(s3 + p);
+      _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+      _mm_storeu_ps(d + (p + 0) * width, r0);
+      _mm_storeu_ps(d + (p + 1) * width, r1);
+      _mm_storeu_ps(d + (p + 2) * width, r2);
+      _mm_storeu_ps(d + (p + 3) * width, r3);
     }
-  for (; p < depth; ++p)
-    for (int i = 0; i < rows; ++i) dst[p * width + i] = src[i * ld + p];
+    for (; p < depth; ++p) {
+      d[p * width + 0] = s0[p];
+      d[p * width + 1] = s1[p];
+      d[p * width + 2] = s2[p];
+      d[p * width + 3] = s3[p];
+    }
+  }
+#endif
+  for (; i < rows; ++i)
+    for (int64_t p = 0; p < depth; ++p) dst[p * width + i] = src[i * ld + p];
 }
 
 struct AView {
