@@ -56,7 +56,7 @@ CG_INLINE void Step(typename T::V (&acc)[M][NV], const float* a, int64_t a_rs, c
   }
 }
 
-template <class T, int MR, int M, int NV, int U, bool kPacked, bool kPackedB>
+template <class T, int MR, int M, int NV, int U, bool kPacked>
 void Tile(const UkArgs& p) {
   using V = typename T::V;
   constexpr int W = T::kWidth;
@@ -77,7 +77,7 @@ void Tile(const UkArgs& p) {
   const float* b = p.b;
   const int64_t a_rs = kPacked ? 1 : p.a_rs;
   const int64_t a_ks = kPacked ? MR : p.a_ks;
-  const int64_t b_ks = kPackedB ? NV * W : p.b_ks;
+  const int64_t b_ks = p.b_ks;
   const int64_t pf = p.prefetch;
   int64_t k = p.kc;
   if (pf != 0) {
@@ -144,32 +144,26 @@ void Tile(const UkArgs& p) {
   }
 }
 
-// Function table indexed by (((unroll_index * 2 + packed_b) * 2 + packed_a) * MR + m - 1).
-// Packed operands have compile-time strides (a_ks == MR, b_ks == NR), so the
-// unrolled k loop addresses them with constant offsets.
-template <class T, int MR, int NV, int U, class Seq>
-struct TileRow;
-template <class T, int MR, int NV, int U, int... Ms>
-struct TileRow<T, MR, NV, U, std::integer_sequence<int, Ms...>> {
-  static constexpr UkernelFn kFns[4][MR] = {
-      {&Tile<T, MR, Ms + 1, NV, U, false, false>...},
-      {&Tile<T, MR, Ms + 1, NV, U, true, false>...},
-      {&Tile<T, MR, Ms + 1, NV, U, false, true>...},
-      {&Tile<T, MR, Ms + 1, NV, U, true, true>...},
+// Function table indexed by ((unroll_index * 2 + packed) * MR + m - 1).
+template <class T, int MR, int NV, class Seq>
+struct TileTable;
+template <class T, int MR, int NV, int... Ms>
+struct TileTable<T, MR, NV, std::integer_sequence<int, Ms...>> {
+  static constexpr UkernelFn kFns[] = {
+      &Tile<T, MR, Ms + 1, NV, 1, false>..., &Tile<T, MR, Ms + 1, NV, 1, true>...,
+      &Tile<T, MR, Ms + 1, NV, 2, false>..., &Tile<T, MR, Ms + 1, NV, 2, true>...,
+      &Tile<T, MR, Ms + 1, NV, 4, false>..., &Tile<T, MR, Ms + 1, NV, 4, true>...,
+      &Tile<T, MR, Ms + 1, NV, 8, false>..., &Tile<T, MR, Ms + 1, NV, 8, true>...,
   };
 };
 
 template <class T, int MR, int NR>
 CG_INLINE void RunUkernel(const UkArgs& p) {
   static_assert(NR % T::kWidth == 0, "nr must be a multiple of the vector width");
-  constexpr int NV = NR / T::kWidth;
-  using Seq = std::make_integer_sequence<int, MR>;
-  const int packed = (p.a_rs == 1 && p.a_ks == MR ? 1 : 0) + (p.b_ks == NR ? 2 : 0);
-  const int row = p.m - 1;
-  if (p.unroll_k >= 8) return TileRow<T, MR, NV, 8, Seq>::kFns[packed][row](p);
-  if (p.unroll_k >= 4) return TileRow<T, MR, NV, 4, Seq>::kFns[packed][row](p);
-  if (p.unroll_k >= 2) return TileRow<T, MR, NV, 2, Seq>::kFns[packed][row](p);
-  TileRow<T, MR, NV, 1, Seq>::kFns[packed][row](p);
+  using Table = TileTable<T, MR, NR / T::kWidth, std::make_integer_sequence<int, MR>>;
+  const int u = p.unroll_k >= 8 ? 3 : p.unroll_k >= 4 ? 2 : p.unroll_k >= 2 ? 1 : 0;
+  const int packed = (p.a_rs == 1 && p.a_ks == MR) ? 1 : 0;
+  Table::kFns[(u * 2 + packed) * MR + p.m - 1](p);
 }
 
 }  // namespace
