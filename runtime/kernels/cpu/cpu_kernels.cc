@@ -52,6 +52,15 @@ Status GemmPackWeights(const KernelVariant& self, const OpKey& key, const ParamV
 
 constexpr uint8_t kDefaultForLarge = 1u << static_cast<unsigned>(ShapeClass::kLarge);
 
+// The own vector variants propose their fitted default per key, so that the tuner
+// measures it first: where a library is the built-in default (large keys), the
+// search would otherwise find the own kernels' reasoned blocking only by chance
+// within a small trial budget. The portable variant proposes nothing.
+std::vector<ParamValues> OwnDefaultCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
+  if (v.isa == kIsaScalar) return {};
+  return {VariantDefaultSchedule(v, key, device).params};
+}
+
 }  // namespace
 
 int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device) {
@@ -105,11 +114,12 @@ std::span<const KernelVariant> CpuKernelVariants() {
 #define CG_GEMV(isa, name, trans_b)                                                                                \
   {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, trans_b ? std::span<const ParamSpec>(kGemvNTSpecs)      \
                                                                   : std::span<const ParamSpec>(kGemvNNSpecs),     \
-   &GemvSupports<trans_b>, &GemvCheck, &GemvFitDefaults<trans_b>, {.gemm = &GemvEntry<&name##_rows>}, {.gemm = {1, 1}}},
+   &GemvSupports<trans_b>, &GemvCheck, &GemvFitDefaults<trans_b>, {.gemm = &GemvEntry<&name##_rows>}, {.gemm = {1, 1}}, \
+   &OwnDefaultCandidates},
 #include "kernels/cpu/gemv_f32.inc"
 #define CG_KERNEL(isa, name, mr, nr)                                                                          \
   {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, GemmParamSet<mr, nr>::kSpecs, nullptr, &GemmCheck, \
-   &GemmFitDefaults, {.gemm = &GemmEntry<&name##_ukernel, mr, nr>}, {.gemm = {mr, nr}}, nullptr, nullptr,    \
+   &GemmFitDefaults, {.gemm = &GemmEntry<&name##_ukernel, mr, nr>}, {.gemm = {mr, nr}}, &OwnDefaultCandidates, nullptr, \
    &GemmPackedWeightsBytes, &GemmPackWeights},
 #include "kernels/cpu/gemm_f32.inc"
   });
