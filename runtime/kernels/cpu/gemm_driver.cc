@@ -38,11 +38,14 @@ void CopyPanelRows(float* __restrict dst, const float* __restrict src, int64_t l
   for (int64_t p = 0; p < rows; ++p) __builtin_memcpy(dst + p * W, src + p * ld, W * sizeof(float));
 }
 
-// The same for every nr of the variant table; false for another width.
+// The same for every mr and nr of the variant table (gemm_f32.inc); false for
+// another width.
 inline bool CopyFullPanel(float* dst, const float* src, int64_t ld, int64_t rows, int width) {
   switch (width) {
     case 4: CopyPanelRows<4>(dst, src, ld, rows); return true;
+    case 6: CopyPanelRows<6>(dst, src, ld, rows); return true;
     case 8: CopyPanelRows<8>(dst, src, ld, rows); return true;
+    case 14: CopyPanelRows<14>(dst, src, ld, rows); return true;
     case 16: CopyPanelRows<16>(dst, src, ld, rows); return true;
     case 24: CopyPanelRows<24>(dst, src, ld, rows); return true;
     case 32: CopyPanelRows<32>(dst, src, ld, rows); return true;
