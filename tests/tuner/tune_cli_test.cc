@@ -20,6 +20,7 @@
 
 #include "cliffguard/bundle.h"
 #include "cliffguard/device.h"
+#include "cliffguard/kernel.h"
 #include "cliffguard/miss_report.h"
 #include "cliffguard/runtime.h"
 #include "cliffguard/tuner/tuning_log.h"
@@ -46,6 +47,32 @@ int CountLines(const std::string& path) {
 }
 
 const std::string kFast = "--min-time-ms 3 --min-repeats 3";
+
+// The command re-executes itself with passive OpenMP waiting when no policy is set,
+// so the tuner measures oneDNN schedules with threads > 1 (refused without it).
+TEST(TuneCliTest, TheCommandMeasuresOnednnWithTwoThreads) {
+  if (!FindKernelVariant("cpu_f32_gemm_onednn")) GTEST_SKIP() << "this build has no oneDNN";
+  const std::string log = TempPath("passive.jsonl"), out = TempPath("passive.cgb");
+  const CliResult r = RunShell(fmt::format(
+      "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT '{}' tune --shape 'gemm f32 nt m=64 n=512 k=512' --constant-weights --threads 2 "
+      "--trials 12 --strategy random --seed 1 --log {} --out {} {} < /dev/null",
+      CG_CLI_PATH, log, out, kFast));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto contents = ReadTuningLog(log);
+  ASSERT_TRUE(contents.ok()) << contents.status().ToString();
+  int onednn_two_threads = 0;
+  for (const auto& rec : contents->records) {
+    if (rec.kind != RecordKind::kTrial || rec.schedule.variant != "cpu_f32_gemm_onednn") continue;
+    for (const auto& [name, value] : rec.schedule.params)
+      if (name == "threads" && value == 2) {
+        EXPECT_TRUE(rec.ok) << rec.error;
+        ++onednn_two_threads;
+      }
+  }
+  EXPECT_GT(onednn_two_threads, 0) << r.output;
+  std::remove(log.c_str());
+  std::remove(out.c_str());
+}
 
 TEST(TuneCliTest, KilledRunResumesWithoutRepeatingMeasurements) {
   const std::string log = TempPath("killed.jsonl"), out = TempPath("killed.cgb");
