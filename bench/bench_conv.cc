@@ -237,7 +237,7 @@ void RegisterAll() {
 
 int main(int argc, char** argv) {
   using namespace cliffguard;
-  bench::ReexecWithoutOpenblasOverrides(argv);  // sets OMP_WAIT_POLICY=passive unless set
+  bench::ReexecWithoutOpenblasOverrides(argv);  // also sets the idle-thread policies (bench_util.h)
   std::vector<char*> rest;
   double core_peak = 0;  // GFLOP/s of one core; 0: measure
   for (int i = 0; i < argc; ++i) {

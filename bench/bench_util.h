@@ -20,15 +20,18 @@ namespace cliffguard::bench {
 // OpenBLAS picks its core when the library loads, and this environment forces an
 // older one (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE): unset both and re-execute this
 // binary once so that OpenBLAS chooses by cpuid. Call first thing in main().
-// Also sets OMP_WAIT_POLICY=passive unless it is set: oneDNN's idle OpenMP workers
-// would otherwise spin after each oneDNN row and slow the rows after it (the serving
-// configuration the library variants require for threads > 1, README).
+// Also sets OMP_WAIT_POLICY=passive and OPENBLAS_THREAD_TIMEOUT=4 where they are not
+// set, as the cliffguard command does (README, "Library schedules"): idle oneDNN
+// (OpenMP) and OpenBLAS workers would otherwise spin after each library row and
+// after OpenBLAS loads, and slow the own kernels' threaded rows measured next.
 inline void ReexecWithoutOpenblasOverrides(char** argv) {
   const bool omp = std::getenv("OMP_WAIT_POLICY") != nullptr;
-  if (!std::getenv("OPENBLAS_CORETYPE") && !std::getenv("OPENBLAS_L2_SIZE") && omp) return;
+  const bool timeout = std::getenv("OPENBLAS_THREAD_TIMEOUT") != nullptr;
+  if (!std::getenv("OPENBLAS_CORETYPE") && !std::getenv("OPENBLAS_L2_SIZE") && omp && timeout) return;
   ::unsetenv("OPENBLAS_CORETYPE");
   ::unsetenv("OPENBLAS_L2_SIZE");
   if (!omp) ::setenv("OMP_WAIT_POLICY", "passive", 1);
+  if (!timeout) ::setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
   ::execv("/proc/self/exe", argv);
   std::perror("re-exec without OPENBLAS_CORETYPE failed; OpenBLAS keeps the forced core");
 }

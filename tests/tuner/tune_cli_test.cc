@@ -74,6 +74,35 @@ TEST(TuneCliTest, TheCommandMeasuresOnednnWithTwoThreads) {
   std::remove(out.c_str());
 }
 
+// The command also sets OPENBLAS_THREAD_TIMEOUT=4 when it is unset: OpenBLAS's idle
+// workers then sleep at once instead of spinning for 2^28 cycles, and the OpenBLAS
+// variant has nothing to warn about at its first threaded call (the default schedule
+// of this key on 2 threads). With the spin set explicitly, the warning names it.
+TEST(TuneCliTest, TheCommandKeepsIdleOpenblasWorkersFromSpinning) {
+  if (!FindKernelVariant("cpu_f32_gemm_openblas")) GTEST_SKIP() << "this build has no OpenBLAS";
+  const std::string out = TempPath("openblas_timeout.cgb"), log = TempPath("openblas_timeout.jsonl");
+  const std::string tune = fmt::format(
+      "'{}' tune --shape 'gemm f32 nn m=256 n=256 k=256' --threads 2 --trials 2 --strategy random --seed 1 --log {} "
+      "--out {} {} < /dev/null",
+      CG_CLI_PATH, log, out, kFast);
+  const CliResult quiet = RunShell("env -u OPENBLAS_THREAD_TIMEOUT " + tune);
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.output;
+  auto contents = ReadTuningLog(log);
+  ASSERT_TRUE(contents.ok()) << contents.status().ToString();
+  bool default_is_threaded_openblas = false;
+  for (const auto& rec : contents->records)
+    if (rec.kind == RecordKind::kDefault && rec.schedule.variant == "cpu_f32_gemm_openblas")
+      for (const auto& [name, value] : rec.schedule.params) default_is_threaded_openblas |= name == "threads" && value == 2;
+  ASSERT_TRUE(default_is_threaded_openblas) << "this key's default is no longer OpenBLAS on 2 threads";
+  std::remove(log.c_str());
+  EXPECT_EQ(quiet.output.find("OPENBLAS_THREAD_TIMEOUT is"), std::string::npos) << quiet.output;
+  const CliResult spinning = RunShell("env OPENBLAS_THREAD_TIMEOUT=28 " + tune);
+  ASSERT_EQ(spinning.exit_code, 0) << spinning.output;
+  EXPECT_NE(spinning.output.find("OPENBLAS_THREAD_TIMEOUT is 28"), std::string::npos) << spinning.output;
+  std::remove(log.c_str());
+  std::remove(out.c_str());
+}
+
 TEST(TuneCliTest, KilledRunResumesWithoutRepeatingMeasurements) {
   const std::string log = TempPath("killed.jsonl"), out = TempPath("killed.cgb");
   const std::string shape = "48,128,96";

@@ -16,10 +16,13 @@
 namespace cliffguard::cpu {
 namespace {
 
-// Work per thread below which fit_defaults does not add threads (flops): waking a
-// worker costs microseconds on an idle host and up to a scheduler tick on a busy
-// one; 16 MFLOP is ~100 us on one AVX-512 core.
-constexpr double kFlopsPerThread = 16e6;
+// Work per thread below which fit_defaults does not add threads (flops). Measured on
+// a 2-core AVX2 host with idle library workers asleep (bench/RESULTS.md, "Threads of
+// the built-in default"): a second thread gains 1.5-1.8x from about 4 MFLOP (own
+// kernels and OpenBLAS alike) and breaks even near 0.5 MFLOP; 2 MFLOP is ~30 us on
+// one core. On a busy host a worker can wait a scheduler tick: tuned entries, which
+// are measured, decide there.
+constexpr double kFlopsPerThread = 2e6;
 // fit_defaults reads B in place (pack_b = 0) when M has at most this many mr panels.
 constexpr int64_t kInPlaceBMaxPanels = 2;
 

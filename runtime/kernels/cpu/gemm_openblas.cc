@@ -3,15 +3,21 @@
 #include <pthread.h>
 
 #include <climits>
+#include <cstdlib>
 #include <mutex>
 
 #include <cblas.h>
 #include <fmt/format.h>
 
+#include "cliffguard/log.h"
 #include "kernels/cpu/gemm_library.h"
 
 namespace cliffguard::cpu {
 namespace {
+
+// OPENBLAS_THREAD_TIMEOUT values (log2 of the idle spin in cycles) at or below which
+// idle workers sleep before they can matter (2^10 cycles: well under a microsecond).
+constexpr int kQuietOpenblasTimeout = 10;
 
 // Guards OpenBLAS's process-global thread count: calls with threads = 1 hold it
 // shared (the count is 1 then), a call with threads > 1 exclusively. Writers are
@@ -41,6 +47,24 @@ class LockGuard {
   pthread_rwlock_t* l_;
 };
 
+// OpenBLAS's idle workers yield in a loop for 2^OPENBLAS_THREAD_TIMEOUT cycles (2^28,
+// about 0.1 s, unless set) after they start and after every threaded call, and take
+// the core that the next call's threads need: an own 2-thread GEMM measured 4x slower
+// in that window. Said once per process, at the first threaded call.
+void WarnIfWorkersSpin() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* env = std::getenv("OPENBLAS_THREAD_TIMEOUT");
+    const int timeout = env ? std::atoi(env) : 0;  // OpenBLAS keeps its default for values <= 0
+    if (timeout > 0 && timeout <= kQuietOpenblasTimeout) return;
+    LogMessage(LogLevel::kWarn,
+               fmt::format("cpu_f32_gemm_openblas: OPENBLAS_THREAD_TIMEOUT is {}: OpenBLAS's idle workers spin for "
+                           "2^{} cycles after each threaded call and slow the threaded calls after it; set "
+                           "OPENBLAS_THREAD_TIMEOUT=4 in the process environment (README, \"Library schedules\")",
+                           env ? env : "unset", env ? env : "28"));
+  });
+}
+
 }  // namespace
 
 Status OpenblasGemm(const KernelVariant& self, const GemmArgs& args, const ParamValues& params) {
@@ -56,6 +80,7 @@ Status OpenblasGemm(const KernelVariant& self, const GemmArgs& args, const Param
   const int threads = params[kOpenblasThreads];
   LockGuard lock(ThreadCountLock(), threads > 1);
   if (threads > 1) {
+    WarnIfWorkersSpin();
     openblas_set_num_threads(threads);
   } else if (openblas_get_num_threads() != 1) {
     // Changed by code outside this variant; every holder of the shared lock wants 1.

@@ -75,7 +75,7 @@ struct GemmParamSet {
 
 // The threads a call of this key gets by default, for every CPU GEMM variant (own
 // and library): the largest of kGemmThreadValues within the device budget and the
-// shape's work (16 MFLOP per thread).
+// shape's work (2 MFLOP per thread).
 int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device);
 
 // check(): mc % mr, nc % nr, threads <= device.threads, pack_b=0 only without trans_b.
