@@ -30,6 +30,10 @@
 // with threads > 1 runs alone (exclusive lock) with the count set to `threads` and
 // back to 1 after, so every call uses exactly its schedule's threads. Code elsewhere
 // in the process must not change OpenBLAS's thread count while the variant runs.
+// OpenBLAS's idle workers spin for 2^OPENBLAS_THREAD_TIMEOUT cycles (2^28 unless set)
+// after it loads and after each threaded call and slow the threaded calls after it;
+// the process should set OPENBLAS_THREAD_TIMEOUT=4 (the cliffguard command does), and
+// the first call with threads > 1 logs a warning when it is unset or above 10.
 #pragma once
 
 #include <cstddef>
