@@ -2,6 +2,7 @@
 // gemm_library.h).
 #include <pthread.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <mutex>
@@ -18,6 +19,7 @@ namespace {
 // OPENBLAS_THREAD_TIMEOUT values (log2 of the idle spin in cycles) at or below which
 // idle workers sleep before they can matter (2^10 cycles: well under a microsecond).
 constexpr int kQuietOpenblasTimeout = 10;
+constexpr int kOpenblasDefaultTimeout = 28;
 
 // Guards OpenBLAS's process-global thread count: calls with threads = 1 hold it
 // shared (the count is 1 then), a call with threads > 1 exclusively. Writers are
@@ -55,13 +57,15 @@ void WarnIfWorkersSpin() {
   static std::once_flag once;
   std::call_once(once, [] {
     const char* env = std::getenv("OPENBLAS_THREAD_TIMEOUT");
-    const int timeout = env ? std::atoi(env) : 0;  // OpenBLAS keeps its default for values <= 0
-    if (timeout > 0 && timeout <= kQuietOpenblasTimeout) return;
+    const int set = env ? std::atoi(env) : 0;
+    // OpenBLAS keeps its default (28) for values <= 0 and clamps the rest to [4, 30].
+    const int timeout = set <= 0 ? kOpenblasDefaultTimeout : std::clamp(set, 4, 30);
+    if (timeout <= kQuietOpenblasTimeout) return;
     LogMessage(LogLevel::kWarn,
                fmt::format("cpu_f32_gemm_openblas: OPENBLAS_THREAD_TIMEOUT is {}: OpenBLAS's idle workers spin for "
                            "2^{} cycles after each threaded call and slow the threaded calls after it; set "
                            "OPENBLAS_THREAD_TIMEOUT=4 in the process environment (README, \"Library schedules\")",
-                           env ? env : "unset", env ? env : "28"));
+                           env ? env : "unset", timeout));
   });
 }
 
