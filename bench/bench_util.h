@@ -15,23 +15,23 @@
 #include <thread>
 #include <vector>
 
+#include "cliffguard/device.h"
+
 namespace cliffguard::bench {
 
 // OpenBLAS picks its core when the library loads, and this environment forces an
 // older one (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE): unset both and re-execute this
 // binary once so that OpenBLAS chooses by cpuid. Call first thing in main().
-// Also sets OMP_WAIT_POLICY=passive and OPENBLAS_THREAD_TIMEOUT=4 where they are not
-// set, as the cliffguard command does (README, "Library schedules"): idle oneDNN
-// (OpenMP) and OpenBLAS workers would otherwise spin after each library row and
-// after OpenBLAS loads, and slow the own kernels' threaded rows measured next.
+// Also sets the idle-thread policies of the CPU libraries where they are unset, as
+// the cliffguard command does (SetQuietLibraryThreadEnvironment, device.h): idle
+// oneDNN (OpenMP) and OpenBLAS workers would otherwise spin after each library row
+// and slow the own kernels' threaded rows measured next.
 inline void ReexecWithoutOpenblasOverrides(char** argv) {
-  const bool omp = std::getenv("OMP_WAIT_POLICY") != nullptr;
-  const bool timeout = std::getenv("OPENBLAS_THREAD_TIMEOUT") != nullptr;
-  if (!std::getenv("OPENBLAS_CORETYPE") && !std::getenv("OPENBLAS_L2_SIZE") && omp && timeout) return;
+  const bool forced = std::getenv("OPENBLAS_CORETYPE") || std::getenv("OPENBLAS_L2_SIZE");
+  const bool policies_set = SetQuietLibraryThreadEnvironment();
+  if (!forced && !policies_set) return;
   ::unsetenv("OPENBLAS_CORETYPE");
   ::unsetenv("OPENBLAS_L2_SIZE");
-  if (!omp) ::setenv("OMP_WAIT_POLICY", "passive", 1);
-  if (!timeout) ::setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
   ::execv("/proc/self/exe", argv);
   std::perror("re-exec without OPENBLAS_CORETYPE failed; OpenBLAS keeps the forced core");
 }

@@ -214,4 +214,17 @@ DeviceInfo HostCpuDevice(int threads) {
   return d;
 }
 
+bool SetQuietLibraryThreadEnvironment() {
+  bool changed = false;
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
+    ::setenv("OMP_WAIT_POLICY", "passive", 1);
+    changed = true;
+  }
+  if (!std::getenv("OPENBLAS_THREAD_TIMEOUT")) {
+    ::setenv("OPENBLAS_THREAD_TIMEOUT", std::to_string(kQuietOpenblasThreadTimeout).c_str(), 1);
+    changed = true;
+  }
+  return changed;
+}
+
 }  // namespace cliffguard

@@ -53,33 +53,14 @@ int ReportParseError(CLI::App& app, const CLI::ParseError& e, const std::string&
   return kExitUsage;
 }
 
-// Idle library threads must sleep, not spin, or they take the core the next call's
-// threads need (README, "Library schedules"). Both libraries read their policy once,
-// when they load, so the command re-executes itself once (same pid) with what is
-// missing: OMP_WAIT_POLICY=passive for oneDNN's OpenMP workers (unless the user chose
-// a policy or GOMP_SPINCOUNT), which oneDNN schedules with threads > 1 require; and
-// OPENBLAS_THREAD_TIMEOUT=4 (unless set), so OpenBLAS's workers sleep after 2^4
-// cycles instead of yielding in a loop for 2^28 after they start and after every
-// threaded call. Should exec fail, the command runs on without them.
-void ReexecWithSleepingIdleThreads(char** argv) {
-  bool changed = false;
-  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
-    ::setenv("OMP_WAIT_POLICY", "passive", 1);
-    changed = true;
-  }
-  if (!std::getenv("OPENBLAS_THREAD_TIMEOUT")) {
-    ::setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
-    changed = true;
-  }
-  if (changed) ::execv("/proc/self/exe", argv);
-}
-
 }  // namespace
 }  // namespace cliffguard::cli
 
 int main(int argc, char** argv) {
   using namespace cliffguard::cli;
-  ReexecWithSleepingIdleThreads(argv);
+  // The libraries read their idle-thread policy when they load (device.h); the pid
+  // stays the same. Should exec fail, the command runs on without it.
+  if (cliffguard::SetQuietLibraryThreadEnvironment()) ::execv("/proc/self/exe", argv);
   // Diagnostics go to stderr, results to stdout. SPDLOG_LEVEL=info shows load details.
   spdlog::set_default_logger(spdlog::stderr_color_mt("cliffguard"));
   spdlog::set_level(spdlog::level::warn);

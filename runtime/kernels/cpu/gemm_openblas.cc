@@ -10,16 +10,14 @@
 #include <cblas.h>
 #include <fmt/format.h>
 
+#include "cliffguard/device.h"
 #include "cliffguard/log.h"
 #include "kernels/cpu/gemm_library.h"
 
 namespace cliffguard::cpu {
 namespace {
 
-// OPENBLAS_THREAD_TIMEOUT values (log2 of the idle spin in cycles) at or below which
-// idle workers sleep before they can matter (2^10 cycles: well under a microsecond).
-constexpr int kQuietOpenblasTimeout = 10;
-constexpr int kOpenblasDefaultTimeout = 28;
+constexpr int kOpenblasDefaultTimeout = 28;  // OPENBLAS_THREAD_TIMEOUT when unset
 
 // Guards OpenBLAS's process-global thread count: calls with threads = 1 hold it
 // shared (the count is 1 then), a call with threads > 1 exclusively. Writers are
@@ -60,12 +58,12 @@ void WarnIfWorkersSpin() {
     const int set = env ? std::atoi(env) : 0;
     // OpenBLAS keeps its default (28) for values <= 0 and clamps the rest to [4, 30].
     const int timeout = set <= 0 ? kOpenblasDefaultTimeout : std::clamp(set, 4, 30);
-    if (timeout <= kQuietOpenblasTimeout) return;
+    if (timeout <= kMaxQuietOpenblasThreadTimeout) return;
     LogMessage(LogLevel::kWarn,
                fmt::format("cpu_f32_gemm_openblas: OPENBLAS_THREAD_TIMEOUT is {}: OpenBLAS's idle workers spin for "
                            "2^{} cycles after each threaded call and slow the threaded calls after it; set "
-                           "OPENBLAS_THREAD_TIMEOUT=4 in the process environment (README, \"Library schedules\")",
-                           env ? env : "unset", timeout));
+                           "OPENBLAS_THREAD_TIMEOUT={} in the process environment (README, \"Library schedules\")",
+                           env ? env : "unset", timeout, kQuietOpenblasThreadTimeout));
   });
 }
 
