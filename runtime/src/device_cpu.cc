@@ -189,8 +189,11 @@ void FinalizeDeviceInfo(DeviceInfo& d) {
     d.legacy_fingerprint = fmt::format("cpu-{}-t{}-{:016x}", d.arch, d.threads, Fnv1a(legacy));
     return;
   }
+  // The hardware, not the software versions (a driver update must not turn bundles
+  // into device misses; a cuBLASLt schedule carries the cuBLAS version it needs).
   std::string basis = fmt::format("{}|{}|{}|{}", BackendName(d.backend), d.vendor, d.name, d.arch);
-  for (const auto& [k, v] : d.properties) basis += fmt::format("|{}={}", k, v);
+  for (const auto& [k, v] : d.properties)
+    if (!k.ends_with("_version")) basis += fmt::format("|{}={}", k, v);
   d.fingerprint = fmt::format("{}-{}-{:016x}", BackendName(d.backend), d.arch, Fnv1a(basis));
   d.legacy_fingerprint.clear();
 }

@@ -103,6 +103,38 @@ TEST(TuneCliTest, TheCommandKeepsIdleOpenblasWorkersFromSpinning) {
   std::remove(out.c_str());
 }
 
+// On a GPU: a bf16 decode key tuned with spawned workers (cuBLAS default, then the
+// cuBLASLt heuristic's algorithms), shipped, and served as a hit. Without a GPU the
+// device is refused, naming it.
+TEST(TuneCliTest, TunesAndServesAGemmOnAGpu) {
+  const std::string log = TempPath("gpu.jsonl"), out = TempPath("gpu.cgb");
+  const std::string shape = "'gemm bf16 nt m=16 n=4096 k=4096'";
+  const CliResult r = RunCli(fmt::format("tune --device cuda:0 --shape {} --trials 8 --log {} --out {} {}", shape, log,
+                                         out, kFast));
+  size_t gpus = 0;
+  for (const auto& d : ListDevices(1).devices) gpus += d.backend == Backend::kCuda;
+  if (gpus == 0) {
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("cuda:0"), std::string::npos) << r.output;
+    GTEST_SKIP() << "no GPU here";
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto contents = ReadTuningLog(log);
+  ASSERT_TRUE(contents.ok()) << contents.status().ToString();
+  int lt_ok = 0;
+  for (const auto& rec : contents->records)
+    if (rec.kind == RecordKind::kTrial && rec.schedule.variant == "cuda_bf16_gemm_cublaslt") lt_ok += rec.ok;
+  EXPECT_GT(lt_ok, 0) << r.output;
+  auto bundle = ReadBundleFile(out);
+  ASSERT_TRUE(bundle.ok()) << bundle.status().ToString();
+  EXPECT_EQ(bundle->device.backend, Backend::kCuda);
+  ASSERT_EQ(bundle->entries.size(), 1u);
+  EXPECT_EQ(bundle->entries[0].schedule.variant.rfind("cuda_bf16_gemm_", 0), 0u);
+  EXPECT_GT(bundle->entries[0].default_us, 0);
+  std::remove(log.c_str());
+  std::remove(out.c_str());
+}
+
 TEST(TuneCliTest, KilledRunResumesWithoutRepeatingMeasurements) {
   const std::string log = TempPath("killed.jsonl"), out = TempPath("killed.cgb");
   const std::string shape = "48,128,96";

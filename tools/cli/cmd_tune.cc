@@ -125,12 +125,17 @@ void AddTuneCommand(CLI::App& app) {
 
   cmd->callback([o] {
     const std::string c = "tune";
-    // Every key must be of a tunable op (f32 gemm and conv2d), and of --op when given.
-    auto tunable = [o](const OpKey& k) {
-      return (k.op == OpKind::kGemm || k.op == OpKind::kConv2d) && k.dtype == DType::kF32 &&
-             (o->op == "any" || o->op == OpKindName(k.op));
+    // Every key must be of a tunable op (cpu: f32 gemm and conv2d; cuda: f32, f16 and
+    // bf16 gemm), and of --op when given.
+    const bool gpu = !o->t.device.empty() && o->t.device != "cpu";
+    auto tunable = [o, gpu](const OpKey& k) {
+      const bool op_dtype = gpu ? k.op == OpKind::kGemm && (k.dtype == DType::kF32 || k.dtype == DType::kF16 ||
+                                                             k.dtype == DType::kBF16)
+                                : (k.op == OpKind::kGemm || k.op == OpKind::kConv2d) && k.dtype == DType::kF32;
+      return op_dtype && (o->op == "any" || o->op == OpKindName(k.op));
     };
-    const std::string tunable_what = o->op == "any" ? "f32 gemm or conv2d" : fmt::format("f32 {}", o->op);
+    const std::string tunable_what = gpu ? fmt::format("f32, f16 or bf16 gemm on {}", o->t.device)
+                                     : o->op == "any" ? "f32 gemm or conv2d" : fmt::format("f32 {}", o->op);
     std::vector<OpKey> keys;
     for (const auto& s : o->shapes) {
       auto k = ParseShape(s);
@@ -244,7 +249,6 @@ void AddTuneCommand(CLI::App& app) {
     tuner::TunerOptions& t = o->t;
     if (o->sandbox != "auto" && o->sandbox != "fork" && o->sandbox != "spawn")
       Fail(c, fmt::format("--sandbox '{}' is not one of: auto, fork, spawn", o->sandbox));
-    const bool gpu = !t.device.empty() && t.device != "cpu";
     if (o->sandbox == "spawn" || (o->sandbox == "auto" && gpu)) {
       char self[4096];
       const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);

@@ -24,32 +24,10 @@ class GemmHarness final : public OpHarness {
     b_.resize(size_t(key.k() * key.n()));
     for (auto& x : a_) x = u(rng);
     for (auto& x : b_) x = u(rng);
-    const int64_t m = key.m(), n = key.n(), k = key.k(), total = m * n;
-    if (total <= opt.full_check_elements) {
-      checked_.resize(size_t(total));
-      for (int64_t i = 0; i < total; ++i) checked_[size_t(i)] = i;
-    } else {
-      checked_ = {0, n - 1, (m - 1) * n, total - 1};
-      std::uniform_int_distribution<int64_t> pick(0, total - 1);
-      for (int64_t t = 0; t < opt.max_checked; ++t) checked_.push_back(pick(rng));
-      std::sort(checked_.begin(), checked_.end());
-      checked_.erase(std::unique(checked_.begin(), checked_.end()), checked_.end());
-    }
-    const GemmArgs g = DenseGemmArgs(key, a_.data(), b_.data(), nullptr);
-    ref_.resize(checked_.size());
-    scale_.resize(checked_.size());
-    for (size_t t = 0; t < checked_.size(); ++t) {
-      const int64_t i = checked_[t] / n, j = checked_[t] % n;
-      double sum = 0, mag = 0;
-      for (int64_t p = 0; p < k; ++p) {
-        const double av = g.trans_a ? a_[size_t(p * g.lda + i)] : a_[size_t(i * g.lda + p)];
-        const double bv = g.trans_b ? b_[size_t(j * g.ldb + p)] : b_[size_t(p * g.ldb + j)];
-        sum += av * bv;
-        mag += std::abs(av * bv);
-      }
-      ref_[t] = sum;
-      scale_[t] = mag;
-    }
+    GemmReference r = MakeGemmReference(key, a_.data(), b_.data(), opt, rng);
+    checked_ = std::move(r.checked);
+    ref_ = std::move(r.ref);
+    scale_ = std::move(r.scale);
   }
 
   const OpKey& key() const override { return key_; }
@@ -111,6 +89,38 @@ class GemmHarness final : public OpHarness {
 };
 
 }  // namespace
+
+GemmReference MakeGemmReference(const OpKey& key, const float* a, const float* b, const MeasureOptions& opt,
+                                std::mt19937_64& rng) {
+  GemmReference r;
+  const int64_t m = key.m(), n = key.n(), k = key.k(), total = m * n;
+  if (total <= opt.full_check_elements) {
+    r.checked.resize(size_t(total));
+    for (int64_t i = 0; i < total; ++i) r.checked[size_t(i)] = i;
+  } else {
+    r.checked = {0, n - 1, (m - 1) * n, total - 1};
+    std::uniform_int_distribution<int64_t> pick(0, total - 1);
+    for (int64_t t = 0; t < opt.max_checked; ++t) r.checked.push_back(pick(rng));
+    std::sort(r.checked.begin(), r.checked.end());
+    r.checked.erase(std::unique(r.checked.begin(), r.checked.end()), r.checked.end());
+  }
+  const GemmArgs g = DenseGemmArgs(key, a, b, nullptr);
+  r.ref.resize(r.checked.size());
+  r.scale.resize(r.checked.size());
+  for (size_t t = 0; t < r.checked.size(); ++t) {
+    const int64_t i = r.checked[t] / n, j = r.checked[t] % n;
+    double sum = 0, mag = 0;
+    for (int64_t p = 0; p < k; ++p) {
+      const double av = g.trans_a ? a[p * g.lda + i] : a[i * g.lda + p];
+      const double bv = g.trans_b ? b[j * g.ldb + p] : b[p * g.ldb + j];
+      sum += av * bv;
+      mag += std::abs(av * bv);
+    }
+    r.ref[t] = sum;
+    r.scale[t] = mag;
+  }
+  return r;
+}
 
 StatusOr<std::unique_ptr<OpHarness>> MakeGemmHarness(const OpKey& key, const MeasureOptions& options) {
   if (key.dtype != DType::kF32)

@@ -3,6 +3,7 @@
 #include "harness.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -61,8 +62,21 @@ WorstError FindWorstError(const float* out, std::span<const int64_t> checked, st
 
 std::string ErrorText(const WorstError& w) { return w.nan ? std::string("nan") : fmt::format("{:.2e}", w.error); }
 
-StatusOr<std::unique_ptr<OpHarness>> MakeHarness(const OpKey& key, const MeasureOptions& options) {
+StatusOr<double> OpHarness::TimeOne(const Schedule& s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CG_RETURN_IF_ERROR(Run(s));
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
+StatusOr<std::unique_ptr<OpHarness>> MakeHarness(const OpKey& key, const MeasureOptions& options,
+                                                 const DeviceInfo& device) {
   CG_RETURN_IF_ERROR(key.Validate());
+  if (device.backend == Backend::kCuda) {
+#ifdef CLIFFGUARD_WITH_CUDA
+    if (key.op == OpKind::kGemm) return MakeCudaGemmHarness(key, options, device);
+#endif
+    return Unimplemented(fmt::format("measurer: {} on {} has no harness in this build", key.ToString(), device.spec));
+  }
   switch (key.op) {
     case OpKind::kGemm: return MakeGemmHarness(key, options);
     case OpKind::kConv2d: return MakeConv2dHarness(key, options);

@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -34,6 +35,9 @@ class OpHarness {
   virtual std::string Check(const Schedule& s) = 0;
   // One call on the next rotated copy of the operands.
   virtual Status Run(const Schedule& s) = 0;
+  // One timed call, in microseconds: by default Run() between two reads of the host
+  // clock; a device harness times the device's work (CUDA events) instead.
+  virtual StatusOr<double> TimeOne(const Schedule& s);
 };
 
 // Constant weights packed once per schedule (outside any timed call), as a plan
@@ -78,11 +82,27 @@ WorstError FindWorstError(const float* out, std::span<const int64_t> checked, st
 // "nan" or the error as "1.23e-04", for "wrong result: max rel error ..." messages.
 std::string ErrorText(const WorstError& w);
 
-// kUnimplemented for an op (or dtype) that has no harness yet.
-StatusOr<std::unique_ptr<OpHarness>> MakeHarness(const OpKey& key, const MeasureOptions& options);
+// GEMM's double-precision reference on inputs as stored (dense, key's layout): the
+// output indices i*n+j checked (every one up to options.full_check_elements, else
+// the corners and options.max_checked drawn from `rng`), their values and sums of
+// |products|. Shared by the host and device GEMM harnesses.
+struct GemmReference {
+  std::vector<int64_t> checked;
+  std::vector<double> ref, scale;
+};
+GemmReference MakeGemmReference(const OpKey& key, const float* a, const float* b, const MeasureOptions& options,
+                                std::mt19937_64& rng);
 
-// One op's harness factory (gemm_harness.cc, conv2d_harness.cc).
+// The harness for a key on a device; kUnimplemented for an op, dtype or backend
+// that has no harness.
+StatusOr<std::unique_ptr<OpHarness>> MakeHarness(const OpKey& key, const MeasureOptions& options,
+                                                 const DeviceInfo& device);
+
+// One op's harness factory (gemm_harness.cc, conv2d_harness.cc; cuda_gemm_harness.cc
+// in builds with CUDA).
 StatusOr<std::unique_ptr<OpHarness>> MakeGemmHarness(const OpKey& key, const MeasureOptions& options);
 StatusOr<std::unique_ptr<OpHarness>> MakeConv2dHarness(const OpKey& key, const MeasureOptions& options);
+StatusOr<std::unique_ptr<OpHarness>> MakeCudaGemmHarness(const OpKey& key, const MeasureOptions& options,
+                                                         const DeviceInfo& device);
 
 }  // namespace cliffguard::tuner

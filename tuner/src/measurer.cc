@@ -78,13 +78,10 @@ std::string Time(OpHarness& h, const Schedule& s, const MeasureOptions& opt, dou
   double total_us = 0;
   int calls = 0;
   while ((total_us < budget_ms * 1000.0 || calls < min_calls) && calls < opt.max_repeats) {
-    const auto t0 = Clock::now();
-    Status st = h.Run(s);
-    const auto t1 = Clock::now();
-    if (!st.ok()) return fmt::format("kernel failed: {}", st.ToString());
-    const double us = std::chrono::duration<double, std::micro>(t1 - t0).count();
-    times.push_back(us);
-    total_us += us;
+    const StatusOr<double> us = h.TimeOne(s);
+    if (!us.ok()) return fmt::format("kernel failed: {}", us.status().ToString());
+    times.push_back(*us);
+    total_us += *us;
     ++calls;
   }
   return "";
@@ -162,7 +159,7 @@ SandboxMeasurer::~SandboxMeasurer() = default;
 StatusOr<OpHarness*> SandboxMeasurer::HarnessFor(const OpKey& key) {
   for (const auto& h : cache_)
     if (h->key() == key) return h.get();
-  CG_ASSIGN_OR_RETURN(auto h, MakeHarness(key, options_));
+  CG_ASSIGN_OR_RETURN(auto h, MakeHarness(key, options_, device_));
   if (cache_.size() >= 4) cache_.erase(cache_.begin());
   cache_.push_back(std::move(h));
   return cache_.back().get();
@@ -324,7 +321,7 @@ int RunMeasureWorker(std::string_view job, int out_fd) {
     if (!s.ok()) return refuse(s.status().message());
     schedules[pending[t]] = *s;
   }
-  auto harness = MakeHarness(*key, o);
+  auto harness = MakeHarness(*key, o, *device);
   if (!harness.ok()) return refuse(harness.status().message());
   (*harness)->Arm(*device);
   WorkerLoop(out_fd, **harness, o, schedules, pending, interleaved);

@@ -165,7 +165,7 @@ Status SearchSpace::Check(const Knobs& k) const {
   const Schedule s = ToSchedule(k);
   if (v.check) CG_RETURN_IF_ERROR(v.check(v, key_, s.params, device_));
   if (v.redundant && v.redundant(v, key_, s.params))
-    return InvalidArgument(fmt::format("{}: {} runs as a schedule of smaller blocks does (skipped by the search)",
+    return InvalidArgument(fmt::format("{}: {} is redundant for this key (skipped by the search)",
                                        v.name, s.ToString()));
   return Status::Ok();
 }

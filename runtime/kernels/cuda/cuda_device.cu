@@ -27,6 +27,9 @@ std::vector<GpuProps> QueryGpus(std::string* status) {
     cudaGetLastError();  // clear the sticky error
     return out;
   }
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
@@ -38,6 +41,8 @@ std::vector<GpuProps> QueryGpus(std::string* status) {
     g.global_mem_bytes = static_cast<int64_t>(prop.totalGlobalMem);
     g.l2_bytes = prop.l2CacheSize;
     g.smem_per_block_optin = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
+    g.driver_version = driver;
+    g.runtime_version = runtime;
     out.push_back(g);
   }
   *status = count == 0 ? "no CUDA device" : "ok";

@@ -1,5 +1,6 @@
 #include "kernels/cuda/cuda_kernels.h"
 
+#include "kernels/cuda/cublas_gemm.h"
 #include "kernels/cuda/cuda_probe.h"
 
 namespace cliffguard::cuda {
@@ -26,7 +27,10 @@ CudaProbe ProbeOnce() {
                     {"global_mem_bytes", g.global_mem_bytes},
                     {"l2_bytes", g.l2_bytes},
                     {"smem_per_block_optin", g.smem_per_block_optin},
-                    {"compute_capability", g.major * 10 + g.minor}};
+                    {"compute_capability", g.major * 10 + g.minor},
+                    {"driver_version", g.driver_version},
+                    {"runtime_version", g.runtime_version},
+                    {"cublas_version", LoadedCublasVersion()}};
     FinalizeDeviceInfo(d);
     p.devices.push_back(d);
   }
@@ -35,7 +39,7 @@ CudaProbe ProbeOnce() {
 
 }  // namespace
 
-std::span<const KernelVariant> CudaKernelVariants() { return {}; }
+std::span<const KernelVariant> CudaKernelVariants() { return CublasGemmVariants(); }
 
 const CudaProbe& ProbeCudaDevices() {
   static const CudaProbe* probe = new CudaProbe(ProbeOnce());  // never destroyed: used at exit

@@ -10,7 +10,7 @@
 
 namespace cliffguard::cuda {
 
-// CUDA kernel variants compiled into this build (none ship yet).
+// CUDA kernel variants compiled into this build: cuBLAS and cuBLASLt (cublas_gemm.h).
 std::span<const KernelVariant> CudaKernelVariants();
 
 struct CudaProbe {

@@ -14,6 +14,7 @@ struct GpuProps {
   int64_t global_mem_bytes = 0;
   int64_t l2_bytes = 0;
   int64_t smem_per_block_optin = 0;
+  int driver_version = 0, runtime_version = 0;  // e.g. 13000 for 13.0
 };
 
 // Visible GPUs; on failure, none and `status` says why (e.g. error 35: no driver).
