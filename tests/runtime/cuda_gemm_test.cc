@@ -14,6 +14,7 @@
 #include "cliffguard/bundle.h"
 #include "cliffguard/detail/half.h"
 #include "cliffguard/kernel.h"
+#include "cliffguard/miss_report.h"
 #include "cliffguard/runtime.h"
 
 #ifdef CLIFFGUARD_WITH_CUDA
@@ -147,6 +148,32 @@ TEST(CudaGemm, BundleEntriesForAGpuRoundTripAndAnotherCublasVersionIsRejectedAsA
   EXPECT_EQ(r.rejected[0].reason, EntryRejection::kBadParameter);
   EXPECT_NE(r.rejected[0].message.find(std::to_string(here + 1)), std::string::npos) << r.rejected[0].message;
   EXPECT_EQ(r.rejected[1].reason, EntryRejection::kUnsupported) << r.rejected[1].message;
+}
+
+TEST(CudaGemm, TheOwnGemvKernelTakesDecodeShapesOfLayoutNtOnly) {
+  const DeviceInfo gpu = FakeGpu();
+  for (DType d : kDtypes) {
+    const KernelVariant* v = FindKernelVariant(fmt::format("cuda_{}_gemv_nt", DTypeName(d)));
+    ASSERT_NE(v, nullptr);
+    EXPECT_TRUE(VariantSupports(*v, OpKey::Gemm(16, 4096, 4096, false, true, d), gpu).ok());
+    EXPECT_TRUE(VariantSupports(*v, OpKey::Gemm(1, 11008, 4096, false, true, d), gpu).ok());
+    for (const OpKey& declined : {OpKey::Gemm(17, 4096, 4096, false, true, d), OpKey::Gemm(1, 4096, 4096, false, false, d),
+                                  OpKey::Gemm(1, 4096, 4096, true, true, d)}) {
+      const Status st = VariantSupports(*v, declined, gpu);
+      EXPECT_FALSE(st.ok()) << declined.ToString();
+      EXPECT_NE(st.message().find(declined.ToString()), std::string::npos) << st.message();
+    }
+    // Its default row tile covers m; a larger one is redundant for the search.
+    const OpKey key = OpKey::Gemm(3, 4096, 4096, false, true, d);
+    const Schedule def = VariantDefaultSchedule(*v, key, gpu);
+    EXPECT_EQ(def.params[size_t(v->ParamIndex("m_tile"))], 4);
+    EXPECT_FALSE(v->redundant(*v, key, def.params));
+    ParamValues bigger = def.params;
+    bigger[size_t(v->ParamIndex("m_tile"))] = 8;
+    EXPECT_TRUE(v->redundant(*v, key, bigger));
+    // cuBLAS stays the default of decode shapes.
+    EXPECT_EQ(DefaultSchedule(key, gpu)->variant->name, Name(d, "cublas"));
+  }
 }
 
 TEST(CudaGemm, TheFingerprintIsTheHardwareNotTheDriverOrLibraryVersions) {
@@ -285,6 +312,62 @@ TEST(CudaGemm, TheRuntimeServesEveryDtypeAndLayoutOnAGpuAndCountsTheMisses) {
   }
   EXPECT_EQ(misses, uint64_t(calls));
   EXPECT_EQ(hits, 0u);
+}
+
+// A miss on a GPU is timed by events read on a later miss, never by waiting: after
+// three calls of one key (the stream drained between them) the report counts all
+// three and has the time of the completed measurements.
+TEST(CudaGemm, MissesOnAGpuArePricedByTheGpuTimeWithoutWaiting) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU here: " << cuda::ProbeCudaDevices().status;
+  RuntimeOptions o;
+  o.device = "cuda:0";
+  auto rt = Runtime::Create(o);
+  ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+  const OpKey key = OpKey::Gemm(512, 512, 512, false, false, DType::kF32);
+  const size_t bytes = 512 * 512 * 4;
+  DeviceBuffer a(bytes), b(bytes), c(bytes);
+  ASSERT_EQ(cudaMemset(a.p, 0, bytes), cudaSuccess);
+  ASSERT_EQ(cudaMemset(b.p, 0, bytes), cudaSuccess);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  GemmArgs g = DenseGemmArgs(key, a.p, b.p, c.p);
+  g.stream = stream;
+  for (int call = 0; call < 3; ++call) {
+    ASSERT_TRUE((*rt)->Gemm(g).ok());
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  }
+  cudaStreamDestroy(stream);
+  const MissReport rep = (*rt)->GetMissReport();
+  ASSERT_EQ(rep.records.size(), 1u);
+  EXPECT_EQ(rep.records[0].count, 3u);
+  EXPECT_STREQ(rep.records[0].fallback.substr(0, 20).c_str(), "cuda_f32_gemm_cublas");
+  // Two measurements completed (the first and second calls), standing for two calls.
+  EXPECT_GT(rep.records[0].fallback_us_total, 0.0);
+}
+
+// Every schedule of the own GEMV kernel on awkward decode shapes, both load paths:
+// 16-byte loads (aligned rows, k a multiple of the vector) and element loads.
+TEST(CudaGemm, EveryGemvScheduleIsCorrect) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU here: " << cuda::ProbeCudaDevices().status;
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const DeviceInfo gpu = cuda::ProbeCudaDevices().devices[0];
+  for (DType d : kDtypes) {
+    const KernelVariant& v = *FindKernelVariant(fmt::format("cuda_{}_gemv_nt", DTypeName(d)));
+    for (auto [m, n, k] : {std::array<int64_t, 3>{1, 37, 128}, {3, 1000, 64}, {16, 129, 200}, {5, 64, 4096}, {1, 1, 1}}) {
+      const OpKey key = OpKey::Gemm(m, n, k, false, true, d);
+      for (int32_t mt : {1, 2, 4, 8, 16})
+        for (int32_t cols : {1, 2, 4})
+          for (int32_t warps : {2, 4, 8}) {
+            auto s = Schedule::FromNamed(v.name, {{"m_tile", mt}, {"cols", cols}, {"warps", warps}});
+            ASSERT_TRUE(s.ok()) << s.status().ToString();
+            ASSERT_TRUE(CheckSchedule(*s, key, gpu).ok()) << s->ToString();
+            for (std::array<int64_t, 3> pad : {std::array<int64_t, 3>{8, 8, 8}, {3, 5, 2}}) {
+              SCOPED_TRACE(s->ToString());
+              CheckOnGpu(key, pad, [&](const GemmArgs& g) { return RunGemm(*s, g); });
+            }
+          }
+    }
+  }
 }
 
 TEST(CudaGemm, EveryCublasLtHeuristicAlgorithmIsCorrect) {

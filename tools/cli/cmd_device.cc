@@ -46,6 +46,15 @@ void AddDeviceCommand(CLI::App& app) {
       } else {
         fmt::print("compute      {}.{}, {} SMs, {} MiB memory, L2 {} KiB\n", d.family, d.model, d.sm_count,
                    d.memory_bytes >> 20, d.l2_bytes >> 10);
+        // CUDA encodes versions as 1000 * major + 10 * minor; cuBLAS as 10000 * major + 100 * minor + patch.
+        auto prop = [&](std::string_view name) {
+          for (const auto& [k, v] : d.properties)
+            if (k == name) return v;
+          return int64_t{0};
+        };
+        const int64_t drv = prop("driver_version"), rt = prop("runtime_version"), blas = prop("cublas_version");
+        fmt::print("software     driver {}.{}, CUDA runtime {}.{}, cuBLAS {}.{}.{}\n", drv / 1000, drv % 1000 / 10,
+                   rt / 1000, rt % 1000 / 10, blas / 10000, blas % 10000 / 100, blas % 100);
       }
       fmt::print("fingerprint  {}\n", d.fingerprint);
       if (!d.legacy_fingerprint.empty()) fmt::print("              (bundles of cliffguard 0.1: {})\n", d.legacy_fingerprint);

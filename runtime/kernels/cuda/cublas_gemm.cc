@@ -49,7 +49,7 @@ Status BlasError(const char* what, cublasStatus_t s) {
 
 bool FitsInt(int64_t v) { return v <= std::numeric_limits<int>::max(); }
 
-// ---- cuBLASLt schedules: parameters in the order of kLtParams ----
+// ---- cuBLASLt schedules: parameters in the order of LtSpecs() ----
 enum LtParam { kAlgoId, kTile, kStages, kSplitK, kReduction, kSwizzle, kCustom, kInnerShape, kClusterShape, kCublas };
 
 template <int32_t kFirst, int32_t kCount>

@@ -74,4 +74,35 @@ bool RunSmokeKernel(int index, std::string* error) {
   return true;
 }
 
+void* NewEventPair() {
+  auto* pair = new cudaEvent_t[2]{};
+  if (cudaEventCreate(&pair[0]) != cudaSuccess || cudaEventCreate(&pair[1]) != cudaSuccess) {
+    cudaGetLastError();
+    if (pair[0]) cudaEventDestroy(pair[0]);
+    delete[] pair;
+    return nullptr;
+  }
+  return pair;
+}
+
+bool RecordEventOf(void* pair, int which, void* stream) {
+  auto* events = static_cast<cudaEvent_t*>(pair);
+  if (cudaEventRecord(events[which], static_cast<cudaStream_t>(stream)) == cudaSuccess) return true;
+  cudaGetLastError();
+  return false;
+}
+
+int PollElapsedMicroseconds(void* pair, double* us) {
+  auto* events = static_cast<cudaEvent_t*>(pair);
+  const cudaError_t q = cudaEventQuery(events[1]);
+  if (q == cudaErrorNotReady) return 0;
+  float ms = 0;
+  if (q != cudaSuccess || cudaEventElapsedTime(&ms, events[0], events[1]) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  *us = double(ms) * 1000.0;
+  return 1;
+}
+
 }  // namespace cliffguard::cuda

@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/cublas_gemm.h"
 #include "kernels/cuda/cuda_probe.h"
+#include "kernels/cuda/gemv_nt.h"
 
 namespace cliffguard::cuda {
 namespace {
@@ -39,7 +40,14 @@ CudaProbe ProbeOnce() {
 
 }  // namespace
 
-std::span<const KernelVariant> CudaKernelVariants() { return CublasGemmVariants(); }
+std::span<const KernelVariant> CudaKernelVariants() {
+  static const std::vector<KernelVariant>* all = [] {
+    auto* v = new std::vector<KernelVariant>();
+    for (auto part : {CublasGemmVariants(), GemvNtVariants()}) v->insert(v->end(), part.begin(), part.end());
+    return v;
+  }();
+  return *all;
+}
 
 const CudaProbe& ProbeCudaDevices() {
   static const CudaProbe* probe = new CudaProbe(ProbeOnce());  // never destroyed: used at exit

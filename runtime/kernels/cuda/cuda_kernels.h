@@ -10,7 +10,8 @@
 
 namespace cliffguard::cuda {
 
-// CUDA kernel variants compiled into this build: cuBLAS and cuBLASLt (cublas_gemm.h).
+// CUDA kernel variants compiled into this build: cuBLAS and cuBLASLt (cublas_gemm.h),
+// then the own kernels (gemv_nt.h).
 std::span<const KernelVariant> CudaKernelVariants();
 
 struct CudaProbe {

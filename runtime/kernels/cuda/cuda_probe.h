@@ -23,4 +23,13 @@ std::vector<GpuProps> QueryGpus(std::string* status);
 // Launches a trivial kernel on GPU `index` and checks its output.
 bool RunSmokeKernel(int index, std::string* error);
 
+// Two CUDA events (start, stop) on the calling thread's current device, for timing
+// work on a stream without blocking the host. nullptr when they cannot be made.
+void* NewEventPair();
+// Enqueues event `which` (0: start, 1: stop) on `stream`; false on a CUDA error.
+bool RecordEventOf(void* pair, int which, void* stream);
+// Whether the stop event has completed: 1 and the time between the two events in
+// `us`; 0 while it has not (cudaEventQuery: never waits); -1 on a CUDA error.
+int PollElapsedMicroseconds(void* pair, double* us);
+
 }  // namespace cliffguard::cuda

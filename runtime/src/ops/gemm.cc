@@ -9,6 +9,9 @@
 #include "cliffguard/detail/logging.h"
 #include "ops/op_table.h"
 #include "runtime_impl.h"
+#ifdef CLIFFGUARD_WITH_CUDA
+#include "gpu_miss_timer.h"
+#endif
 
 namespace cliffguard {
 namespace {
@@ -84,6 +87,10 @@ inline bool IsKeyOf(const OpKey& k, const GemmArgs& a) {
   } else if (!KnownKeyArgsValid(a, line.bounds)) [[unlikely]] {
     return InvalidGemmArgs(a);
   }
+#ifdef CLIFFGUARD_WITH_CUDA
+  if (r.device.backend == Backend::kCuda)
+    return RunGpuMissed(r, s->stripe, line.entry, line.served_by, a.stream, [&] { return RunGemm(line.fallback, a); });
+#endif
   return RunMissed(s, line, [&a](const Schedule& fallback) { return RunGemm(fallback, a); });
 }
 
@@ -250,6 +257,11 @@ GemmPlan::~GemmPlan() = default;
 
 Status GemmPlan::Dispatch(GemmArgs& args) const {
   if (!KnownKeyArgsValid(args, ld_)) [[unlikely]] return InvalidGemmArgs(args);
+#ifdef CLIFFGUARD_WITH_CUDA
+  if (!hit_ && runtime_->device.backend == Backend::kCuda)
+    return RunGpuMissed(*runtime_, runtime_->slots.Local()->stripe, miss_, served_by_, args.stream,
+                        [&] { return RunGemm(schedule_, args); });
+#endif
   return RunPlanned(*runtime_, hit_, plan_index_, miss_, served_by_, [&] { return RunGemm(schedule_, args); });
 }
 
