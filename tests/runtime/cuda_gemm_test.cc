@@ -20,6 +20,7 @@
 #ifdef CLIFFGUARD_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/cublas_gemm.h"
 #include "kernels/cuda/cuda_kernels.h"
 #endif
@@ -174,6 +175,20 @@ TEST(CudaGemm, TheOwnGemvKernelTakesDecodeShapesOfLayoutNtOnly) {
     // cuBLAS stays the default of decode shapes.
     EXPECT_EQ(DefaultSchedule(key, gpu)->variant->name, Name(d, "cublas"));
   }
+}
+
+// cuBLAS is loaded at first use, not linked (a CPU-only process never maps it); where
+// the toolkit's libraries are installed, every function this build calls resolves.
+TEST(CudaGemm, CublasLoadsOnDemandWithEveryFunctionThisBuildCalls) {
+  std::string error;
+  const cuda::CublasApi* api = cuda::LoadCublas(&error);
+  if (!api) {
+    EXPECT_NE(error.find("libcublas"), std::string::npos) << error;
+    GTEST_SKIP() << "cuBLAS is not installed here: " << error;
+  }
+  EXPECT_EQ(int(api->cublasLtGetVersion() / 10000), CUBLAS_VER_MAJOR);
+  EXPECT_NE(api->cublasGemmEx, nullptr);
+  EXPECT_STREQ(api->cublasGetStatusString(CUBLAS_STATUS_SUCCESS), "success");
 }
 
 TEST(CudaGemm, TheFingerprintIsTheHardwareNotTheDriverOrLibraryVersions) {

@@ -1,7 +1,5 @@
 #include "kernels/cuda/cublas_gemm.h"
 
-#include <cublasLt.h>
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -14,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "cliffguard/detail/logging.h"
+#include "kernels/cuda/cublas_api.h"
 
 namespace cliffguard::cuda {
 namespace {
@@ -43,8 +42,11 @@ cudaDataType_t CudaType(DType d) {
   }
 }
 
+// The loaded libraries; only called once ThreadState has loaded them.
+const CublasApi& Api() { return *LoadCublas(); }
+
 Status BlasError(const char* what, cublasStatus_t s) {
-  return Internal(fmt::format("{} failed: {} ({})", what, cublasGetStatusString(s), int(s)));
+  return Internal(fmt::format("{} failed: {} ({})", what, Api().cublasGetStatusString(s), int(s)));
 }
 
 bool FitsInt(int64_t v) { return v <= std::numeric_limits<int>::max(); }
@@ -83,13 +85,15 @@ constexpr LtAttr kLtAttrs[kCublas] = {
     {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, 2},
 };
 
+// The `cublas` parameter's one value: the headers' version until the library is
+// loaded (LoadCublasForDevices), then the loaded library's.
 int32_t& VersionValue() {
-  static int32_t v = static_cast<int32_t>(cublasLtGetVersion());
+  static int32_t v = CUBLAS_VERSION;
   return v;
 }
 
-const std::vector<ParamSpec>& LtSpecs() {
-  static const std::vector<ParamSpec>* specs = new std::vector<ParamSpec>{
+std::vector<ParamSpec>& LtSpecs() {
+  static std::vector<ParamSpec>* specs = new std::vector<ParamSpec>{
       {"algo_id", kAlgoIds, 0, "cuBLASLt algorithm id (CUBLASLT_ALGO_CONFIG_ID)"},
       {"tile", kTiles, 0, "cublasLtMatmulTile_t: the CTA tile"},
       {"stages", kStagesValues, 0, "cublasLtMatmulStages_t: shared-memory pipeline stages"},
@@ -121,26 +125,26 @@ struct LtProblem {
     return *this;
   }
   ~LtProblem() {
-    if (desc) cublasLtMatmulDescDestroy(desc);
-    if (first) cublasLtMatrixLayoutDestroy(first);
-    if (second) cublasLtMatrixLayoutDestroy(second);
-    if (out) cublasLtMatrixLayoutDestroy(out);
+    if (desc) Api().cublasLtMatmulDescDestroy(desc);
+    if (first) Api().cublasLtMatrixLayoutDestroy(first);
+    if (second) Api().cublasLtMatrixLayoutDestroy(second);
+    if (out) Api().cublasLtMatrixLayoutDestroy(out);
   }
 };
 
 Status MakeProblem(const GemmArgs& a, LtProblem& p) {
   const ColumnMajorCall c = ToColumnMajor(a);
   const cudaDataType_t t = CudaType(a.dtype);
-  cublasStatus_t s = cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  cublasStatus_t s = Api().cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &c.op_first, sizeof c.op_first);
+    s = Api().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &c.op_first, sizeof c.op_first);
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &c.op_second, sizeof c.op_second);
+    s = Api().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &c.op_second, sizeof c.op_second);
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatrixLayoutCreate(&p.first, t, uint64_t(c.rows_first), uint64_t(c.cols_first), a.ldb);
+    s = Api().cublasLtMatrixLayoutCreate(&p.first, t, uint64_t(c.rows_first), uint64_t(c.cols_first), a.ldb);
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatrixLayoutCreate(&p.second, t, uint64_t(c.rows_second), uint64_t(c.cols_second), a.lda);
-  if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatrixLayoutCreate(&p.out, t, uint64_t(a.n), uint64_t(a.m), a.ldc);
+    s = Api().cublasLtMatrixLayoutCreate(&p.second, t, uint64_t(c.rows_second), uint64_t(c.cols_second), a.lda);
+  if (s == CUBLAS_STATUS_SUCCESS) s = Api().cublasLtMatrixLayoutCreate(&p.out, t, uint64_t(a.n), uint64_t(a.m), a.ldc);
   return s == CUBLAS_STATUS_SUCCESS ? Status::Ok() : BlasError("cuBLASLt descriptor setup", s);
 }
 
@@ -169,23 +173,30 @@ struct ThreadState {
   std::vector<LtPlan> plans;
   static constexpr size_t kMaxPlans = 256;
 
+  static Status Loaded() {
+    std::string error;
+    if (!LoadCublas(&error)) return FailedPrecondition(fmt::format("cuBLAS: {}", error));
+    return Status::Ok();
+  }
   ~ThreadState() {
     plans.clear();
     for (auto& [stream, buf] : workspaces) cudaFree(buf);
-    if (lt) cublasLtDestroy(lt);
-    if (blas) cublasDestroy(blas);
+    if (lt) Api().cublasLtDestroy(lt);
+    if (blas) Api().cublasDestroy_v2(blas);
   }
   StatusOr<cublasHandle_t> Blas() {
+    CG_RETURN_IF_ERROR(Loaded());
     if (!blas)
-      if (cublasStatus_t s = cublasCreate(&blas); s != CUBLAS_STATUS_SUCCESS) {
+      if (cublasStatus_t s = Api().cublasCreate_v2(&blas); s != CUBLAS_STATUS_SUCCESS) {
         blas = nullptr;
         return BlasError("cublasCreate", s);
       }
     return blas;
   }
   StatusOr<cublasLtHandle_t> Lt() {
+    CG_RETURN_IF_ERROR(Loaded());
     if (!lt)
-      if (cublasStatus_t s = cublasLtCreate(&lt); s != CUBLAS_STATUS_SUCCESS) {
+      if (cublasStatus_t s = Api().cublasLtCreate(&lt); s != CUBLAS_STATUS_SUCCESS) {
         lt = nullptr;
         return BlasError("cublasLtCreate", s);
       }
@@ -210,11 +221,11 @@ Status CublasGemm(const KernelVariant&, const GemmArgs& a, const ParamValues&) {
   if (!FitsInt(a.lda) || !FitsInt(a.ldb) || !FitsInt(a.ldc))
     return InvalidArgument(fmt::format("gemm on cuBLAS: lda={} ldb={} ldc={} must fit a 32-bit int", a.lda, a.ldb, a.ldc));
   CG_ASSIGN_OR_RETURN(cublasHandle_t h, t_state.Blas());
-  cublasStatus_t s = cublasSetStream(h, static_cast<cudaStream_t>(a.stream));
+  cublasStatus_t s = Api().cublasSetStream_v2(h, static_cast<cudaStream_t>(a.stream));
   if (s != CUBLAS_STATUS_SUCCESS) return BlasError("cublasSetStream", s);
   const ColumnMajorCall c = ToColumnMajor(a);
   const cudaDataType_t t = CudaType(a.dtype);
-  s = cublasGemmEx(h, c.op_first, c.op_second, int(a.n), int(a.m), int(a.k), &a.alpha, a.b, t, int(a.ldb), a.a, t,
+  s = Api().cublasGemmEx(h, c.op_first, c.op_second, int(a.n), int(a.m), int(a.k), &a.alpha, a.b, t, int(a.ldb), a.a, t,
                    int(a.lda), &a.beta, a.c, t, int(a.ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   return s == CUBLAS_STATUS_SUCCESS ? Status::Ok() : BlasError("cublasGemmEx", s);
 }
@@ -227,13 +238,13 @@ Status CublasSupports(const KernelVariant&, const OpKey& key, const DeviceInfo&)
 
 Status InitAlgo(cublasLtHandle_t lt, DType dtype, const ParamValues& p, cublasLtMatmulAlgo_t& algo) {
   const cudaDataType_t t = CudaType(dtype);
-  cublasStatus_t s = cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, t, t, t, t, p[kAlgoId], &algo);
+  cublasStatus_t s = Api().cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, t, t, t, t, p[kAlgoId], &algo);
   if (s != CUBLAS_STATUS_SUCCESS) return BlasError(fmt::format("cublasLtMatmulAlgoInit(algo_id={})", p[kAlgoId]).c_str(), s);
   for (int i = kTile; i < kCublas; ++i) {
     const uint32_t v32 = static_cast<uint32_t>(p[i]);
     const uint16_t v16 = static_cast<uint16_t>(p[i]);
     const void* v = kLtAttrs[i].bytes == 2 ? static_cast<const void*>(&v16) : static_cast<const void*>(&v32);
-    s = cublasLtMatmulAlgoConfigSetAttribute(&algo, kLtAttrs[i].attr, v, kLtAttrs[i].bytes);
+    s = Api().cublasLtMatmulAlgoConfigSetAttribute(&algo, kLtAttrs[i].attr, v, kLtAttrs[i].bytes);
     if (s != CUBLAS_STATUS_SUCCESS && p[i] != (i == kSplitK ? 1 : 0))
       return BlasError(fmt::format("cuBLASLt algorithm attribute {}={}", LtSpecs()[size_t(i)].name, p[i]).c_str(), s);
   }
@@ -250,13 +261,13 @@ StatusOr<LtPlan*> FindOrMakePlan(cublasLtHandle_t lt, const GemmArgs& a, const P
   CG_RETURN_IF_ERROR(InitAlgo(lt, a.dtype, p, plan.algo));
   cublasLtMatmulHeuristicResult_t check{};
   const LtProblem& q = plan.problem;
-  cublasStatus_t s = cublasLtMatmulAlgoCheck(lt, q.desc, q.first, q.second, q.out, q.out, &plan.algo, &check);
+  cublasStatus_t s = Api().cublasLtMatmulAlgoCheck(lt, q.desc, q.first, q.second, q.out, q.out, &plan.algo, &check);
   if (s != CUBLAS_STATUS_SUCCESS || check.workspaceSize > kCublasLtWorkspaceBytes) {
     plan.fallback = true;
     logging::Warn("cuBLASLt algorithm algo_id={} tile={} stages={} splitk={} does not run gemm m={} n={} k={} "
                   "lda={} ldb={} ldc={} ({}): these calls run cublasGemmEx",
                   p[kAlgoId], p[kTile], p[kStages], p[kSplitK], a.m, a.n, a.k, a.lda, a.ldb, a.ldc,
-                  s != CUBLAS_STATUS_SUCCESS ? cublasGetStatusString(s)
+                  s != CUBLAS_STATUS_SUCCESS ? Api().cublasGetStatusString(s)
                                              : fmt::format("needs {} bytes of workspace", check.workspaceSize).c_str());
   }
   plan.workspace_bytes = check.workspaceSize;
@@ -276,7 +287,7 @@ Status CublasLtGemm(const KernelVariant& self, const GemmArgs& a, const ParamVal
   }
   CG_ASSIGN_OR_RETURN(void* ws, t_state.Workspace(a.stream));
   const LtProblem& q = plan->problem;
-  const cublasStatus_t s = cublasLtMatmul(lt, q.desc, &a.alpha, a.b, q.first, a.a, q.second, &a.beta, a.c, q.out, a.c,
+  const cublasStatus_t s = Api().cublasLtMatmul(lt, q.desc, &a.alpha, a.b, q.first, a.a, q.second, &a.beta, a.c, q.out, a.c,
                                           q.out, &plan->algo, ws, plan->workspace_bytes,
                                           static_cast<cudaStream_t>(a.stream));
   return s == CUBLAS_STATUS_SUCCESS ? Status::Ok() : BlasError("cublasLtMatmul", s);
@@ -291,18 +302,18 @@ std::vector<ParamValues> CublasLtCandidates(const KernelVariant& self, const OpK
   LtProblem q;
   if (!MakeProblem(a, q).ok()) return out;
   cublasLtMatmulPreference_t pref = nullptr;
-  if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return out;
+  if (Api().cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return out;
   const uint64_t ws = kCublasLtWorkspaceBytes;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  Api().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
   const uint32_t align = kCublasLtMinAlignment;
   for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
+    Api().cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
   std::array<cublasLtMatmulHeuristicResult_t, 32> results{};
   int found = 0;
-  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(*lt, q.desc, q.first, q.second, q.out, q.out, pref,
+  const cublasStatus_t s = Api().cublasLtMatmulAlgoGetHeuristic(*lt, q.desc, q.first, q.second, q.out, q.out, pref,
                                                           int(results.size()), results.data(), &found);
-  cublasLtMatmulPreferenceDestroy(pref);
+  Api().cublasLtMatmulPreferenceDestroy(pref);
   if (s != CUBLAS_STATUS_SUCCESS) return out;
   for (int r = 0; r < found; ++r) {
     if (results[size_t(r)].state != CUBLAS_STATUS_SUCCESS) continue;
@@ -313,7 +324,7 @@ std::vector<ParamValues> CublasLtCandidates(const KernelVariant& self, const OpK
       uint16_t v16 = 0;
       void* v = kLtAttrs[i].bytes == 2 ? static_cast<void*>(&v16) : static_cast<void*>(&v32);
       size_t written = 0;
-      if (cublasLtMatmulAlgoConfigGetAttribute(&results[size_t(r)].algo, kLtAttrs[i].attr, v, kLtAttrs[i].bytes,
+      if (Api().cublasLtMatmulAlgoConfigGetAttribute(&results[size_t(r)].algo, kLtAttrs[i].attr, v, kLtAttrs[i].bytes,
                                                &written) != CUBLAS_STATUS_SUCCESS)
         v32 = v16 = (i == kSplitK ? 1 : 0);
       p[size_t(i)] = kLtAttrs[i].bytes == 2 ? int32_t(v16) : int32_t(v32);
@@ -345,6 +356,17 @@ bool CublasLtRedundant(const KernelVariant& self, const OpKey& key, const ParamV
 }  // namespace
 
 int32_t LoadedCublasVersion() { return VersionValue(); }
+
+bool LoadCublasForDevices(std::string* error) {
+  const CublasApi* api = LoadCublas(error);
+  if (!api) return false;
+  const auto loaded = static_cast<int32_t>(api->cublasLtGetVersion());
+  if (loaded != VersionValue()) {
+    VersionValue() = loaded;
+    LtSpecs()[kCublas].default_value = loaded;
+  }
+  return true;
+}
 
 uint64_t CublasLtFallbacksOnThisThread() { return t_state.fallbacks; }
 

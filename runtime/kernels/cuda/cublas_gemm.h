@@ -20,6 +20,7 @@
 #pragma once
 
 #include <span>
+#include <string>
 
 #include "cliffguard/kernel.h"
 
@@ -27,9 +28,15 @@ namespace cliffguard::cuda {
 
 std::span<const KernelVariant> CublasGemmVariants();
 
-// The cuBLAS version loaded in this process (e.g. 130100 for 13.1.0): the one
-// value a cuBLASLt schedule's `cublas` parameter accepts.
+// The cuBLAS version a cuBLASLt schedule's `cublas` parameter accepts (e.g. 130100
+// for 13.1.0): the loaded library's once LoadCublasForDevices succeeded, else the
+// version of the headers this build used.
 int32_t LoadedCublasVersion();
+
+// Loads cuBLAS (cublas_api.h) and makes its version the one the `cublas` parameter
+// accepts. The device probe calls it when it finds a GPU, before any schedule for
+// one is checked; false (and why in `error`) when the libraries cannot be loaded.
+bool LoadCublasForDevices(std::string* error);
 
 // Bytes of the cuBLASLt workspace per (thread, stream): the heuristic's limit.
 inline constexpr size_t kCublasLtWorkspaceBytes = size_t{32} << 20;

@@ -1,5 +1,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 
+#include <fmt/format.h>
+
 #include "kernels/cuda/cublas_gemm.h"
 #include "kernels/cuda/cuda_probe.h"
 #include "kernels/cuda/gemv_nt.h"
@@ -10,7 +12,12 @@ namespace {
 CudaProbe ProbeOnce() {
   CudaProbe p;
   int index = 0;
-  for (const GpuProps& g : QueryGpus(&p.status)) {
+  const std::vector<GpuProps> gpus = QueryGpus(&p.status);
+  if (!gpus.empty()) {
+    std::string error;
+    if (!LoadCublasForDevices(&error)) p.status = fmt::format("GPUs found, but {}", error);
+  }
+  for (const GpuProps& g : gpus) {
     DeviceInfo d;
     d.backend = Backend::kCuda;
     d.spec = "cuda:" + std::to_string(index++);
