@@ -184,22 +184,25 @@ struct ThreadState {
     if (lt) Api().cublasLtDestroy(lt);
     if (blas) Api().cublasDestroy_v2(blas);
   }
+  // The handles exist only once the libraries loaded: a hit checks one pointer.
   StatusOr<cublasHandle_t> Blas() {
-    CG_RETURN_IF_ERROR(Loaded());
-    if (!blas)
+    if (!blas) {
+      CG_RETURN_IF_ERROR(Loaded());
       if (cublasStatus_t s = Api().cublasCreate_v2(&blas); s != CUBLAS_STATUS_SUCCESS) {
         blas = nullptr;
         return BlasError("cublasCreate", s);
       }
+    }
     return blas;
   }
   StatusOr<cublasLtHandle_t> Lt() {
-    CG_RETURN_IF_ERROR(Loaded());
-    if (!lt)
+    if (!lt) {
+      CG_RETURN_IF_ERROR(Loaded());
       if (cublasStatus_t s = Api().cublasLtCreate(&lt); s != CUBLAS_STATUS_SUCCESS) {
         lt = nullptr;
         return BlasError("cublasLtCreate", s);
       }
+    }
     return lt;
   }
   StatusOr<void*> Workspace(void* stream) {
