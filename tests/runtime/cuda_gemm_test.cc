@@ -191,6 +191,23 @@ TEST(CudaGemm, CublasLoadsOnDemandWithEveryFunctionThisBuildCalls) {
   EXPECT_STREQ(api->cublasGetStatusString(CUBLAS_STATUS_SUCCESS), "success");
 }
 
+// The host stores and loads the device tests and the GPU harness fill buffers with.
+TEST(CudaGemm, HostStoresRoundFloatDtypesToNearestEven) {
+  uint8_t buf[4];
+  EXPECT_EQ(detail::StoreAs(DType::kF32, 0.1f, buf), 0.1f);
+  EXPECT_EQ(detail::LoadAs(DType::kF32, buf), 0.1f);
+  // bf16 keeps 8 significand bits: 1 + 2^-9 is a tie, rounded to even (1); 1 + 3 * 2^-9 rounds up.
+  EXPECT_EQ(detail::StoreAs(DType::kBF16, 1.0f + 0x1p-9f, buf), 1.0f);
+  EXPECT_EQ(detail::LoadAs(DType::kBF16, buf), 1.0f);
+  EXPECT_EQ(detail::StoreAs(DType::kBF16, 1.0f + 3 * 0x1p-9f, buf), 1.0f + 0x1p-7f);
+  // f16 keeps 11: 1 + 2^-12 ties to 1; its largest finite value survives; 1e5 overflows.
+  EXPECT_EQ(detail::StoreAs(DType::kF16, 1.0f + 0x1p-12f, buf), 1.0f);
+  EXPECT_EQ(detail::StoreAs(DType::kF16, 65504.0f, buf), 65504.0f);
+  EXPECT_EQ(detail::LoadAs(DType::kF16, buf), 65504.0f);
+  EXPECT_TRUE(std::isinf(detail::StoreAs(DType::kF16, 1e5f, buf)));
+  EXPECT_TRUE(std::isnan(detail::StoreAs(DType::kBF16, std::nanf(""), buf)));
+}
+
 TEST(CudaGemm, TheFingerprintIsTheHardwareNotTheDriverOrLibraryVersions) {
   EXPECT_EQ(FakeGpu(13000).fingerprint, FakeGpu(12080).fingerprint);
   EXPECT_NE(FakeGpu(13000, 132).fingerprint, FakeGpu(13000, 114).fingerprint);
@@ -211,28 +228,8 @@ Operand MakeOperand(DType d, size_t count, std::mt19937_64& rng) {
   Operand o;
   o.values.resize(count);
   o.bytes.resize(count * DTypeSize(d));
-  for (size_t i = 0; i < count; ++i) {
-    float v = u(rng);
-    if (d == DType::kF32) {
-      std::memcpy(o.bytes.data() + 4 * i, &v, 4);
-    } else {
-      const uint16_t h = d == DType::kBF16 ? detail::FloatToBf16(v) : detail::FloatToF16(v);
-      v = d == DType::kBF16 ? detail::Bf16ToFloat(h) : detail::F16ToFloat(h);
-      std::memcpy(o.bytes.data() + 2 * i, &h, 2);
-    }
-    o.values[i] = v;
-  }
+  for (size_t i = 0; i < count; ++i) o.values[i] = detail::StoreAs(d, u(rng), o.bytes.data() + i * DTypeSize(d));
   return o;
-}
-float ReadValue(DType d, const uint8_t* p) {
-  if (d == DType::kF32) {
-    float f;
-    std::memcpy(&f, p, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return d == DType::kBF16 ? detail::Bf16ToFloat(h) : detail::F16ToFloat(h);
 }
 
 struct DeviceBuffer {
@@ -295,7 +292,7 @@ void CheckOnGpu(const OpKey& key, std::array<int64_t, 3> pad, RunFn&& run) {
       }
       const double cv = c.values[size_t(i * ldc + j)];
       const double want = 1.5 * sum + 0.5 * cv, scale = 1.5 * mag + 0.5 * std::abs(cv) + 1e-30;
-      const double got = ReadValue(d, out.data() + size_t(i * ldc + j) * DTypeSize(d));
+      const double got = detail::LoadAs(d, out.data() + size_t(i * ldc + j) * DTypeSize(d));
       ASSERT_LE(std::abs(got - want) / scale, tol) << "at (" << i << "," << j << "): " << got << " vs " << want;
     }
   // The padding columns of C are untouched.

@@ -24,30 +24,13 @@ namespace {
 // Rounds values to the dtype in place and returns their stored bytes.
 std::vector<uint8_t> Store(DType d, std::vector<float>& v) {
   std::vector<uint8_t> out(v.size() * DTypeSize(d));
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (d == DType::kF32) {
-      std::memcpy(out.data() + 4 * i, &v[i], 4);
-      continue;
-    }
-    const uint16_t h = d == DType::kBF16 ? detail::FloatToBf16(v[i]) : detail::FloatToF16(v[i]);
-    v[i] = d == DType::kBF16 ? detail::Bf16ToFloat(h) : detail::F16ToFloat(h);
-    std::memcpy(out.data() + 2 * i, &h, 2);
-  }
+  for (size_t i = 0; i < v.size(); ++i) v[i] = detail::StoreAs(d, v[i], out.data() + i * DTypeSize(d));
   return out;
 }
 
 std::vector<float> Load(DType d, const std::vector<uint8_t>& bytes) {
-  const size_t n = bytes.size() / DTypeSize(d);
-  std::vector<float> out(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (d == DType::kF32) {
-      std::memcpy(&out[i], bytes.data() + 4 * i, 4);
-      continue;
-    }
-    uint16_t h;
-    std::memcpy(&h, bytes.data() + 2 * i, 2);
-    out[i] = d == DType::kBF16 ? detail::Bf16ToFloat(h) : detail::F16ToFloat(h);
-  }
+  std::vector<float> out(bytes.size() / DTypeSize(d));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = detail::LoadAs(d, bytes.data() + i * DTypeSize(d));
   return out;
 }
 

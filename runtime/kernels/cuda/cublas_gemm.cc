@@ -185,25 +185,22 @@ struct ThreadState {
     if (blas) Api().cublasDestroy_v2(blas);
   }
   // The handles exist only once the libraries loaded: a hit checks one pointer.
-  StatusOr<cublasHandle_t> Blas() {
-    if (!blas) {
+  template <typename Handle, typename CreateFn>
+  static StatusOr<Handle> Made(Handle& h, CreateFn create, const char* what) {
+    if (!h) {
       CG_RETURN_IF_ERROR(Loaded());
-      if (cublasStatus_t s = Api().cublasCreate_v2(&blas); s != CUBLAS_STATUS_SUCCESS) {
-        blas = nullptr;
-        return BlasError("cublasCreate", s);
+      if (cublasStatus_t s = create(&h); s != CUBLAS_STATUS_SUCCESS) {
+        h = nullptr;
+        return BlasError(what, s);
       }
     }
-    return blas;
+    return h;
+  }
+  StatusOr<cublasHandle_t> Blas() {
+    return Made(blas, [](cublasHandle_t* h) { return Api().cublasCreate_v2(h); }, "cublasCreate");
   }
   StatusOr<cublasLtHandle_t> Lt() {
-    if (!lt) {
-      CG_RETURN_IF_ERROR(Loaded());
-      if (cublasStatus_t s = Api().cublasLtCreate(&lt); s != CUBLAS_STATUS_SUCCESS) {
-        lt = nullptr;
-        return BlasError("cublasLtCreate", s);
-      }
-    }
-    return lt;
+    return Made(lt, [](cublasLtHandle_t* h) { return Api().cublasLtCreate(h); }, "cublasLtCreate");
   }
   StatusOr<void*> Workspace(void* stream) {
     for (auto& [s, buf] : workspaces)

@@ -1,9 +1,12 @@
 // Host conversions between f32 and the 16-bit dtypes (bf16, f16), round to nearest
-// even: what device harnesses and tests use to fill and read f16/bf16 buffers.
+// even, and stores/loads of one value of a float dtype: what device harnesses and
+// tests use to fill and read device buffers.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+
+#include "cliffguard/op_key.h"
 
 namespace cliffguard::detail {
 
@@ -29,6 +32,29 @@ inline float F16ToFloat(uint16_t u) {
   _Float16 h;
   std::memcpy(&h, &u, 2);
   return static_cast<float>(h);
+}
+
+// One value of a floating-point dtype (f32, f16, bf16) written to `p` as the dtype
+// stores it (rounded to nearest even); returns the value as stored.
+inline float StoreAs(DType d, float v, void* p) {
+  if (d == DType::kF32) {
+    std::memcpy(p, &v, 4);
+    return v;
+  }
+  const uint16_t h = d == DType::kBF16 ? FloatToBf16(v) : FloatToF16(v);
+  std::memcpy(p, &h, 2);
+  return d == DType::kBF16 ? Bf16ToFloat(h) : F16ToFloat(h);
+}
+// The value at `p`, stored as dtype `d` (f32, f16, bf16).
+inline float LoadAs(DType d, const void* p) {
+  if (d == DType::kF32) {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return d == DType::kBF16 ? Bf16ToFloat(h) : F16ToFloat(h);
 }
 
 }  // namespace cliffguard::detail
