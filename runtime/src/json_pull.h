@@ -281,11 +281,11 @@ class JsonPull {
       case 'u': break;
       default: return Fail("bad escape in a string");
     }
-    uint32_t cp;
+    uint32_t cp = 0;
     if (!Hex4(cp)) return false;
     if (cp >= 0xDC00 && cp <= 0xDFFF) return Fail("lone low surrogate");
     if (cp >= 0xD800 && cp <= 0xDBFF) {
-      uint32_t lo;
+      uint32_t lo = 0;
       if (s_.substr(i_, 2) != "\\u") return Fail("lone high surrogate");
       i_ += 2;
       if (!Hex4(lo)) return false;
