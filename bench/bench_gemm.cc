@@ -1,5 +1,6 @@
-// CPU fp32 GEMM: cliffguard default schedule vs a hand-picked schedule vs OpenBLAS
-// cblas_sgemm, at 1 and 2 threads, reported as GFLOP/s (counter "GFLOPS").
+// CPU fp32 GEMM: cliffguard default schedule vs a hand-picked schedule vs oneDNN's matmul
+// (the cpu_f32_gemm_onednn variant, where built) vs OpenBLAS cblas_sgemm, at 1 and 2
+// threads, reported as GFLOP/s (counter "GFLOPS").
 //
 //   build-kern/bench/bench_gemm [--benchmark_filter=...] [--benchmark_min_time=0.3s]
 //   build-kern/bench/bench_gemm --explore=M,N,K,THREADS[,TRIALS[,VARIANT]]  (schedule search)
@@ -231,6 +232,14 @@ void RegisterAll() {
             ->UseRealTime();
       } else if (sched.status().code() != StatusCode::kNotFound) {
         std::fprintf(stderr, "hand-picked schedule for %s skipped: %s\n", shape.c_str(), sched.status().ToString().c_str());
+      }
+      // oneDNN's matmul through its kernel variant (B as stored: no constant weights here),
+      // in builds that have it.
+      if (auto onednn = Schedule::FromNamed("cpu_f32_gemm_onednn", {{"threads", threads}, {"reorder_b", 0}});
+          onednn.ok() && CheckSchedule(*onednn, key, device).ok()) {
+        benchmark::RegisterBenchmark(("gemm_f32/" + shape + "/onednn").c_str(), BenchSchedule, s, *onednn)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
       }
 #ifdef CG_HAVE_OPENBLAS
       benchmark::RegisterBenchmark(("gemm_f32/" + shape + "/openblas").c_str(), BenchOpenBlas, s, threads)
