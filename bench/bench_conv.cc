@@ -237,7 +237,7 @@ void RegisterAll() {
 
 int main(int argc, char** argv) {
   using namespace cliffguard;
-  bench::ReexecWithoutOpenblasOverrides(argv);  // also sets the idle-thread policies (bench_util.h)
+  bench::ReexecWithLibraryEnvironment(argv);  // also sets the idle-thread policies (bench_util.h)
   std::vector<char*> rest;
   double core_peak = 0;  // GFLOP/s of one core; 0: measure
   for (int i = 0; i < argc; ++i) {

@@ -5,12 +5,12 @@
 //   build-kern/bench/bench_gemm [--benchmark_filter=...] [--benchmark_min_time=0.3s]
 //   build-kern/bench/bench_gemm --explore=M,N,K,THREADS[,TRIALS[,VARIANT]]  (schedule search)
 //
-// OpenBLAS: this environment sets OPENBLAS_CORETYPE=Haswell, which makes OpenBLAS
-// run its AVX2 kernel (about 1.8x slower than its AVX-512 one here). OpenBLAS reads
-// the variable when the library is loaded, before main, so main() removes
-// OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE and re-executes this binary once
-// (/proc/self/exe) with the cleaned environment; the core OpenBLAS chose is printed
-// (openblas_get_corename) and stored in the benchmark context.
+// OpenBLAS runs the kernels of the host's vector ISA: main() re-executes this
+// binary once with the library environment (bench_util.h), which sets
+// OPENBLAS_CORETYPE when OpenBLAS's own detection falls short of the host (Debian
+// 12's OpenBLAS runs its SSE3 kernels on a Xeon of family 6 model 207) and removes
+// OPENBLAS_L2_SIZE; the core OpenBLAS runs is printed (openblas_get_corename) and
+// stored in the benchmark context.
 //
 // Hand-picked schedules (kHandPicked below) were chosen with --explore: a seeded
 // random sample of the declared parameter space for the shape, best of 3 runs
@@ -327,7 +327,7 @@ int Explore(const char* spec) {
 int main(int argc, char** argv) {
   // OpenBLAS picks its core when the library loads: clean the environment and
   // re-execute once so that it chooses by cpuid (see the file comment).
-  cliffguard::bench::ReexecWithoutOpenblasOverrides(argv);
+  cliffguard::bench::ReexecWithLibraryEnvironment(argv);
   for (int i = 1; i < argc; ++i)
     if (std::strncmp(argv[i], "--explore=", 10) == 0) {
       for (int j = i + 1; j < argc; ++j) cliffguard::g_explicit.emplace_back(argv[j]);

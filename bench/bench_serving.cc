@@ -388,7 +388,7 @@ void RegisterAll() {
 }  // namespace cliffguard
 
 int main(int argc, char** argv) {
-  cliffguard::bench::ReexecWithoutOpenblasOverrides(argv);
+  cliffguard::bench::ReexecWithLibraryEnvironment(argv);
   cliffguard::SetLogLevel(cliffguard::LogLevel::kError);
   std::vector<char*> rest;
   bool json = false;

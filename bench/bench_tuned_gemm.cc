@@ -14,9 +14,9 @@
 // openblas: cblas_sgemm with openblas_set_num_threads(threads).
 //
 // OpenBLAS reads OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE when the library loads (before
-// main). This environment sets OPENBLAS_CORETYPE=Haswell (its AVX2 kernel), so main()
-// removes both variables and re-executes this binary once (/proc/self/exe) with the
-// cleaned environment, then prints openblas_get_corename().
+// main): main() re-executes this binary once with the library environment
+// (bench_util.h: the host ISA's OpenBLAS core, no forced L2 size), then prints
+// openblas_get_corename().
 //
 // By default each benchmark reuses one set of buffers (warm cache) for all three
 // contenders. With --cold, every iteration uses the next of several identical copies
@@ -163,8 +163,8 @@ void RegisterAll() {
 
 int main(int argc, char** argv) {
 #ifdef CG_HAVE_OPENBLAS
-  cliffguard::bench::ReexecWithoutOpenblasOverrides(argv);
-  fmt::print(stderr, "OpenBLAS core: {} (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset)\n", openblas_get_corename());
+  cliffguard::bench::ReexecWithLibraryEnvironment(argv);
+  fmt::print(stderr, "OpenBLAS core: {}\n", openblas_get_corename());
 #endif
   
   std::vector<char*> rest;

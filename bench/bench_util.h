@@ -19,21 +19,20 @@
 
 namespace cliffguard::bench {
 
-// OpenBLAS picks its core when the library loads, and this environment forces an
-// older one (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE): unset both and re-execute this
-// binary once so that OpenBLAS chooses by cpuid. Call first thing in main().
-// Also sets the idle-thread policies of the CPU libraries where they are unset, as
-// the cliffguard command does (SetQuietLibraryThreadEnvironment, device.h): idle
-// oneDNN (OpenMP) and OpenBLAS workers would otherwise spin after each library row
-// and slow the own kernels' threaded rows measured next.
-inline void ReexecWithoutOpenblasOverrides(char** argv) {
-  const bool forced = std::getenv("OPENBLAS_CORETYPE") || std::getenv("OPENBLAS_L2_SIZE");
-  const bool policies_set = SetQuietLibraryThreadEnvironment();
-  if (!forced && !policies_set) return;
-  ::unsetenv("OPENBLAS_CORETYPE");
+// The CPU libraries read their environment when they load, before main(): the
+// benchmarks run them as the cliffguard command does (SetLibraryEnvironment,
+// device.h): idle oneDNN (OpenMP) and OpenBLAS workers sleep instead of spinning
+// after each library row and slowing the own kernels' threaded rows measured next,
+// and an OpenBLAS that does not know this CPU runs the host ISA's kernels
+// (OPENBLAS_CORETYPE), not its SSE3 fallback. OPENBLAS_L2_SIZE, which some images
+// force, is removed. Re-executes this binary once when anything changed; call
+// first thing in main().
+inline void ReexecWithLibraryEnvironment(char** argv) {
+  const bool forced_l2 = std::getenv("OPENBLAS_L2_SIZE") != nullptr;
   ::unsetenv("OPENBLAS_L2_SIZE");
+  if (!SetLibraryEnvironment() && !forced_l2) return;
   ::execv("/proc/self/exe", argv);
-  std::perror("re-exec without OPENBLAS_CORETYPE failed; OpenBLAS keeps the forced core");
+  std::perror("re-exec with the library environment failed; the libraries keep the environment they loaded with");
 }
 
 // The compute bound: 10 independent AVX2 FMA chains of `steps` steps in registers

@@ -90,6 +90,9 @@ class MetricsServer {
 
 int main(int argc, char** argv) {
   using namespace cliffguard;
+  // The CPU libraries read their environment when they load: idle OpenMP and
+  // OpenBLAS workers sleep, OpenBLAS runs the host's vector ISA (cliffguard/device.h).
+  if (SetLibraryEnvironment()) ::execv("/proc/self/exe", argv);
   int metrics_port = -1;
   double hold_seconds = 0;
   std::vector<std::string> bundles;

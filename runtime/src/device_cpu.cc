@@ -7,12 +7,16 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "cliffguard/device.h"
 #include "cliffguard/op_key.h"
+#ifdef CLIFFGUARD_WITH_OPENBLAS
+#include "kernels/cpu/gemm_library.h"  // OpenblasCore, OpenblasCoreIsa, OpenblasCoreTypeFor
+#endif
 
 namespace cliffguard {
 namespace {
@@ -228,6 +232,25 @@ bool SetQuietLibraryThreadEnvironment() {
     changed = true;
   }
   return changed;
+}
+
+bool SetOpenblasCoreEnvironment() {
+#ifdef CLIFFGUARD_WITH_OPENBLAS
+  const char* wanted = cpu::OpenblasCoreTypeFor(Probe().isa);
+  const char* set = std::getenv("OPENBLAS_CORETYPE");
+  if (!wanted || cpu::OpenblasCoreIsa(cpu::OpenblasCore()) >= cpu::OpenblasCoreIsa(wanted) ||
+      (set && std::string_view(set) == wanted))
+    return false;
+  ::setenv("OPENBLAS_CORETYPE", wanted, 1);
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool SetLibraryEnvironment() {
+  const bool quiet = SetQuietLibraryThreadEnvironment();
+  return SetOpenblasCoreEnvironment() || quiet;
 }
 
 }  // namespace cliffguard

@@ -9,13 +9,16 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "cliffguard/kernel.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/gemm_library.h"
 #include "runtime/gemm_tester.h"
 #include "runtime/kernel_test_util.h"
 
@@ -250,6 +253,37 @@ TEST(cpu_f32_gemm_openblas, CheckNamesValueAndRule) {
   EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
   EXPECT_NE(st.message().find("32-bit"), std::string::npos) << st.message();
 }
+
+#ifdef CLIFFGUARD_WITH_OPENBLAS
+// An OpenBLAS whose core needs less than the host has (an OpenBLAS older than the
+// CPU runs its SSE3 fallback) is declined, naming the core and OPENBLAS_CORETYPE.
+TEST(cpu_f32_gemm_openblas, DeclinesACoreBelowTheHostsVectorIsa) {
+  CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_openblas", OpKind::kGemm);
+  const uint32_t avx2 = kIsaScalar | kIsaAvx2, avx512 = avx2 | kIsaAvx512;
+  EXPECT_EQ(cpu::OpenblasCoreIsa("SkylakeX"), uint32_t{kIsaAvx512});
+  EXPECT_EQ(cpu::OpenblasCoreIsa("SAPPHIRERAPIDS"), uint32_t{kIsaAvx512});
+  EXPECT_EQ(cpu::OpenblasCoreIsa("Zen"), uint32_t{kIsaAvx2});
+  EXPECT_EQ(cpu::OpenblasCoreIsa("Prescott"), uint32_t{kIsaScalar});
+  EXPECT_EQ(cpu::OpenblasCoreIsa(nullptr), uint32_t{kIsaScalar});
+  EXPECT_STREQ(cpu::OpenblasCoreTypeFor(avx512), "SkylakeX");
+  EXPECT_STREQ(cpu::OpenblasCoreTypeFor(avx2), "Haswell");
+  EXPECT_EQ(cpu::OpenblasCoreTypeFor(kIsaScalar), nullptr);
+  for (const auto& [core, isa, fits] : std::vector<std::tuple<const char*, uint32_t, bool>>{
+           {"SkylakeX", avx512, true}, {"Cooperlake", avx512, true}, {"Haswell", avx2, true},
+           {"SkylakeX", avx2, true}, {"Prescott", kIsaScalar, true}, {"Haswell", avx512, false},
+           {"Prescott", avx512, false}, {"Sandybridge", avx2, false}}) {
+    const Status st = cpu::OpenblasCoreFits(*v, core, isa);
+    EXPECT_EQ(st.ok(), fits) << core << " on " << IsaLevelName(isa) << ": " << st.ToString();
+    if (fits) continue;
+    EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
+    EXPECT_NE(st.message().find(core), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find(fmt::format("OPENBLAS_CORETYPE={}", cpu::OpenblasCoreTypeFor(isa))), std::string::npos)
+        << st.message();
+  }
+  // This process runs the host's core (test_main.cc sets it as the command does).
+  EXPECT_TRUE(cpu::OpenblasCoreFits(*v, cpu::OpenblasCore(), Host().isa).ok()) << cpu::OpenblasCore();
+}
+#endif
 
 TEST(cpu_f32_gemm_openblas, ConcurrentCallers) {
   CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_openblas", OpKind::kGemm);

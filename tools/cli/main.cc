@@ -58,9 +58,10 @@ int ReportParseError(CLI::App& app, const CLI::ParseError& e, const std::string&
 
 int main(int argc, char** argv) {
   using namespace cliffguard::cli;
-  // The libraries read their idle-thread policy when they load (device.h); the pid
-  // stays the same. Should exec fail, the command runs on without it.
-  if (cliffguard::SetQuietLibraryThreadEnvironment()) ::execv("/proc/self/exe", argv);
+  // The libraries read their environment (idle-thread policy, OpenBLAS's core) when
+  // they load (device.h); the pid stays the same. Should exec fail, the command runs
+  // on without it.
+  if (cliffguard::SetLibraryEnvironment()) ::execv("/proc/self/exe", argv);
   // Diagnostics go to stderr, results to stdout. SPDLOG_LEVEL=info shows load details.
   spdlog::set_default_logger(spdlog::stderr_color_mt("cliffguard"));
   spdlog::set_level(spdlog::level::warn);

@@ -100,16 +100,26 @@ inline constexpr int kMaxThreadBudget = 1024;
 // `origin` names the setting in messages (e.g. "RuntimeOptions.threads").
 StatusOr<int> ResolveThreadBudget(int requested, std::string_view origin);
 
-// Idle threads of the CPU libraries must sleep, not spin, or they take the core that
-// the next call's threads need (README, "Library schedules"). Sets, in this process's
-// environment, what is unset of: OMP_WAIT_POLICY=passive (oneDNN's OpenMP workers;
-// left alone when GOMP_SPINCOUNT is set), which oneDNN schedules with threads > 1
-// require; OPENBLAS_THREAD_TIMEOUT=kQuietOpenblasThreadTimeout (OpenBLAS's workers
-// otherwise yield in a loop for 2^28 cycles after it loads and after every threaded
-// call). Returns true when it set any. Both libraries read these only when they load:
-// call it first in main() and re-execute the binary when it returns true (the
-// cliffguard command and the benchmarks do), or set them in the service's environment.
+// The environment the CPU libraries read when they load (README, "Library
+// schedules"). The libraries read it only then: call these first in main() and
+// re-execute the binary when one returns true (the cliffguard command and the
+// benchmarks do; the second time they return false), or set the variables in the
+// service's environment. Each returns true when it set a variable.
+//
+// Idle library threads must sleep, not spin, or they take the core that the next
+// call's threads need. Sets what is unset of OMP_WAIT_POLICY=passive (oneDNN's
+// OpenMP workers; left alone when GOMP_SPINCOUNT is set), which oneDNN schedules
+// with threads > 1 require, and OPENBLAS_THREAD_TIMEOUT=kQuietOpenblasThreadTimeout
+// (OpenBLAS's workers otherwise yield in a loop for 2^28 cycles after it loads and
+// after every threaded call).
 bool SetQuietLibraryThreadEnvironment();
+// OPENBLAS_CORETYPE=SkylakeX (AVX-512 host) or Haswell (AVX2 host) when the loaded
+// OpenBLAS runs a core below the host's vector ISA: an OpenBLAS older than the CPU
+// falls back to its SSE3 kernels, and the OpenBLAS variant declines such a build.
+// False in a build without the OpenBLAS variant.
+bool SetOpenblasCoreEnvironment();
+// Both of the above (the cliffguard command's environment).
+bool SetLibraryEnvironment();
 
 // The OPENBLAS_THREAD_TIMEOUT set above (log2 of the idle spin in cycles), and the
 // largest value under which the OpenBLAS variant does not warn (2^10 cycles: well

@@ -100,8 +100,25 @@ inline constexpr ParamSpec kOpenblasSpecs[] = {
 // fn.gemm: cblas_sgemm (CblasRowMajor). Leading dimensions above INT32_MAX are
 // refused per call (kInvalidArgument): the library takes 32-bit ints.
 Status OpenblasGemm(const KernelVariant& self, const GemmArgs& args, const ParamValues& params);
-// supports(): m, n and k fit cblas_sgemm's 32-bit int.
+// supports(): m, n and k fit cblas_sgemm's 32-bit int, and OpenBLAS runs kernels of
+// the host's vector ISA. An OpenBLAS older than the CPU does not recognise it and
+// falls back to a generic core: Debian 12's 0.3.21 runs its SSE3 "Prescott"
+// kernels on an AVX-512 Xeon of family 6 model 207, at 0.2x its "SkylakeX" kernels
+// (bench/RESULTS.md). Such a build is declined (naming the core and the fix,
+// OPENBLAS_CORETYPE; SetLibraryEnvironment in device.h sets it), so that it is
+// neither the built-in default nor a candidate.
 Status OpenblasSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
+// The core OpenBLAS loaded (openblas_get_corename()) and the IsaBits its kernels
+// need: kIsaAvx512 for SkylakeX, Cooperlake and SapphireRapids, kIsaAvx2 for
+// Haswell, Zen and Excavator, kIsaScalar for every other (SSE or AVX only).
+const char* OpenblasCore();
+uint32_t OpenblasCoreIsa(const char* core);
+// The OPENBLAS_CORETYPE whose kernels fit a host with `isa` ("SkylakeX" with
+// AVX-512, "Haswell" with AVX2), nullptr below AVX2.
+const char* OpenblasCoreTypeFor(uint32_t isa);
+// supports()'s core rule: kUnimplemented, naming the core, the host's ISA and the
+// OPENBLAS_CORETYPE to set, when `core` needs less than a host with `isa` has.
+Status OpenblasCoreFits(const KernelVariant& v, const char* core, uint32_t isa);
 Status OpenblasCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
 void OpenblasFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
 // candidates: every threads <= device.threads, the fitted one first.

@@ -1,6 +1,7 @@
 // cpu_f32_gemm_openblas: OpenBLAS cblas_sgemm as a kernel variant (contracts in
 // gemm_library.h).
 #include <pthread.h>
+#include <strings.h>
 
 #include <algorithm>
 #include <climits>
@@ -13,6 +14,8 @@
 #include "cliffguard/device.h"
 #include "cliffguard/log.h"
 #include "kernels/cpu/gemm_library.h"
+
+extern "C" char* openblas_get_corename(void);
 
 namespace cliffguard::cpu {
 namespace {
@@ -96,9 +99,37 @@ Status OpenblasGemm(const KernelVariant& self, const GemmArgs& args, const Param
   return Status::Ok();
 }
 
-Status OpenblasSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& /*device*/) {
+const char* OpenblasCore() {
+  const char* core = openblas_get_corename();
+  return core ? core : "unknown";
+}
+
+uint32_t OpenblasCoreIsa(const char* core) {
+  auto is = [core](const char* name) { return core && strcasecmp(core, name) == 0; };
+  if (is("SkylakeX") || is("Cooperlake") || is("SapphireRapids")) return kIsaAvx512;
+  if (is("Haswell") || is("Zen") || is("Excavator")) return kIsaAvx2;
+  return kIsaScalar;
+}
+
+const char* OpenblasCoreTypeFor(uint32_t isa) {
+  if (isa & kIsaAvx512) return "SkylakeX";
+  if (isa & kIsaAvx2) return "Haswell";
+  return nullptr;
+}
+
+Status OpenblasSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
   if (key.m() > INT_MAX || key.n() > INT_MAX || key.k() > INT_MAX)
     return Unimplemented(fmt::format("{}: {}: cblas_sgemm takes 32-bit int m, n and k (<= {})", v.name, key.ToString(), INT_MAX));
+  return OpenblasCoreFits(v, OpenblasCore(), device.isa);
+}
+
+Status OpenblasCoreFits(const KernelVariant& v, const char* core, uint32_t isa) {
+  const char* wanted = OpenblasCoreTypeFor(isa);
+  if (wanted && OpenblasCoreIsa(core) < OpenblasCoreIsa(wanted))
+    return Unimplemented(fmt::format(
+        "{}: OpenBLAS runs its {} kernels on this {} host, below the host's vector ISA (its CPU detection does not "
+        "know the CPU); start the process with OPENBLAS_CORETYPE={} to use it (the cliffguard command does)",
+        v.name, core ? core : "unknown", IsaLevelName(isa), wanted));
   return Status::Ok();
 }
 
