@@ -1,6 +1,8 @@
 // What every op's harness shares: the harness factory, rotated-copy counts and the
-// cache of packed constant weights.
+// cache of packed constant weights and their eviction before a timed call.
 #include "harness.h"
+
+#include <emmintrin.h>
 
 #include <algorithm>
 #include <chrono>
@@ -30,6 +32,22 @@ StatusOr<const void*> PackedWeightsCache::Get(const Schedule& s, const OpKey& ke
   packed_bytes_ += bytes;
   packed_.push_back(std::move(p));
   return static_cast<const void*>(packed_.back().data.get());
+}
+
+Status PackedWeightsCache::Cool(const Schedule& s, const OpKey& key, const void* weights, int64_t ld,
+                                size_t weights_bytes) {
+  CG_RETURN_IF_ERROR(Get(s, key, weights, ld).status());
+  for (const Packed& p : packed_)
+    if (p.schedule == s) FlushFromCache(p.data.get(), p.bytes);
+  FlushFromCache(weights, weights_bytes);
+  return Status::Ok();
+}
+
+void FlushFromCache(const void* p, size_t bytes) {
+  const auto* c = static_cast<const char*>(p);
+  for (size_t off = 0; off < bytes; off += 64) _mm_clflush(c + off);
+  if (bytes > 0) _mm_clflush(c + bytes - 1);
+  _mm_mfence();
 }
 
 int64_t RotatedCopies(int64_t set_bytes, const MeasureOptions& options, const DeviceInfo& device) {

@@ -48,6 +48,13 @@ class PackedWeightsCache {
   // takes them, leading dimension `ld`), or nullptr for a variant that reads the
   // weights as stored.
   StatusOr<const void*> Get(const Schedule& s, const OpKey& key, const void* weights, int64_t ld);
+  // Before a timed call of a constant-weights key: packs s's weights if not yet done
+  // (never inside the timed call), then evicts them and the weights as stored from
+  // every cache level, so that the call reads its weights from memory, as a layer
+  // does in serving, where the other layers' weights displace them between its calls
+  // (bench_serving's plans rotate copies for the same reason). One copy of the
+  // weights stays enough: a model's weights are far larger than the last-level cache.
+  Status Cool(const Schedule& s, const OpKey& key, const void* weights, int64_t ld, size_t weights_bytes);
 
  private:
   struct Packed {
@@ -62,6 +69,9 @@ class PackedWeightsCache {
   std::vector<Packed> packed_;
   size_t packed_bytes_ = 0;
 };
+
+// Evicts [p, p + bytes) from every cache level (clflush per line, then a fence).
+void FlushFromCache(const void* p, size_t bytes);
 
 // The number of rotated copies of an operand set of `set_bytes` that cover
 // options.rotate_bytes (or twice the device's cache), within options.max_copies
