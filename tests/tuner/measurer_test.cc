@@ -5,8 +5,11 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
@@ -14,6 +17,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "harness.h"
 #include "sanitizers.h"
 
 namespace cliffguard::tuner::testing {
@@ -207,6 +211,36 @@ TEST(MeasurerTest, ASpawnedWorkerRefusesAJobItCannotRead) {
   const int st = ::pclose(p);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 5) << out;
   EXPECT_NE(out.find("job.device must be a string"), std::string::npos) << out;
+}
+
+// Constant weights before a timed call: packed once per schedule (never inside the
+// timed call), then evicted from the caches, which leaves every byte as it was.
+TEST(MeasurerTest, ColdConstantWeightsArePackedOnceAndKeptIntact) {
+  OpKey key = OpKey::Gemm(24, 40, 36, false, true);
+  key.constant_weights = true;
+  const DeviceInfo host = HostCpuDevice(1);
+  auto sched = DefaultSchedule(key, host);
+  ASSERT_TRUE(sched.ok()) << sched.status().ToString();
+  if (!sched->variant->pack_weights) GTEST_SKIP() << sched->variant->name << " reads the weights as stored";
+  std::vector<float> b(size_t(key.n() * key.k()));
+  for (size_t i = 0; i < b.size(); ++i) b[i] = float(i % 97) - 48.0f;
+  const std::vector<float> b0 = b;
+  PackedWeightsCache cache;
+  ASSERT_TRUE(cache.Cool(*sched, key, b.data(), key.k(), b.size() * sizeof(float)).ok());
+  auto first = cache.Get(*sched, key, b.data(), key.k());
+  ASSERT_TRUE(first.ok());
+  const size_t bytes = sched->variant->packed_weights_bytes(*sched->variant, key, sched->params);
+  std::vector<char> fresh(bytes + 64);
+  void* aligned = fresh.data() + (64 - reinterpret_cast<uintptr_t>(fresh.data()) % 64) % 64;
+  ASSERT_TRUE(sched->variant->pack_weights(*sched->variant, key, sched->params, b.data(), key.k(), aligned).ok());
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(cache.Cool(*sched, key, b.data(), key.k(), b.size() * sizeof(float)).ok());
+    auto again = cache.Get(*sched, key, b.data(), key.k());
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(*again, *first) << "packed again";
+    EXPECT_EQ(std::memcmp(*again, aligned, bytes), 0) << "the packed weights changed";
+  }
+  EXPECT_EQ(b, b0);
 }
 
 }  // namespace
