@@ -13,7 +13,7 @@
 //      measurements of this key exist (resumed ones count), the space is
 //      exhausted, or a time limit passes.
 //   3. noise rule: every verified candidate (the default included) whose median is
-//      within tie_tolerance (3%) of the fastest, at most tie_max of them, is
+//      within tie_tolerance (10%) of the fastest, at most tie_max of them, is
 //      re-measured together, interleaved over several rounds with more calls
 //      ("remeasure" records), and the re-measured medians decide the winner and its
 //      tuned_us. The default schedule joins every re-measured group (beyond
@@ -140,7 +140,7 @@ struct TunerOptions {
   // Measures the candidates (non-owning; must be for `device`). nullptr: a
   // SandboxMeasurer with `measure`. Tests pass a fake with scripted times.
   Measurer* measurer = nullptr;
-  double tie_tolerance = 0.03;       // near-tie band for re-measurement (relative)
+  double tie_tolerance = 0.10;       // near-tie band for re-measurement (relative; docs/tuning.md)
   int tie_max = 4;                   // at most this many candidates re-measured per key
   // Confirmation (step 4): the winner ships only when faster than the default by
   // more than max(confirm_min_gain * default, the mean of the two spreads).
