@@ -122,7 +122,8 @@ class Conv2dHarness final : public OpHarness {
   int64_t OutputElems() const { return key_.dims[0] * out_.oh * out_.ow * key_.dims[4]; }
 
   // A constant-weights key runs as a plan does: its one filter, packed before the
-  // first call and evicted from the caches before each timed call; otherwise the set's own OHWI filter per call.
+  // first call and evicted from the caches before each timed call; otherwise the
+  // set's own OHWI filter per call.
   StatusOr<Conv2dArgs> Args(const Schedule& s, Set& set) {
     Conv2dArgs args = DenseConv2dArgs(key_, set.x.data(), set.w.data(), bias_.data(), set.y.data());
     if (key_.constant_weights) {

@@ -13,11 +13,12 @@
 
 namespace cliffguard::tuner {
 
-StatusOr<const void*> PackedWeightsCache::Get(const Schedule& s, const OpKey& key, const void* weights, int64_t ld) {
+StatusOr<const PackedWeightsCache::Packed*> PackedWeightsCache::Entry(const Schedule& s, const OpKey& key,
+                                                                       const void* weights, int64_t ld) {
   const KernelVariant& v = *s.variant;
-  if (!v.pack_weights) return static_cast<const void*>(nullptr);
+  if (!v.pack_weights) return static_cast<const Packed*>(nullptr);
   for (const Packed& p : packed_)
-    if (p.schedule == s) return static_cast<const void*>(p.data.get());
+    if (p.schedule == s) return &p;
   const size_t bytes = v.packed_weights_bytes(v, key, s.params);
   while (!packed_.empty() && (packed_.size() >= kMaxPacked || packed_bytes_ + bytes > kMaxPackedBytes)) {
     packed_bytes_ -= packed_.front().bytes;
@@ -31,14 +32,18 @@ StatusOr<const void*> PackedWeightsCache::Get(const Schedule& s, const OpKey& ke
   p.bytes = bytes;
   packed_bytes_ += bytes;
   packed_.push_back(std::move(p));
-  return static_cast<const void*>(packed_.back().data.get());
+  return &packed_.back();
+}
+
+StatusOr<const void*> PackedWeightsCache::Get(const Schedule& s, const OpKey& key, const void* weights, int64_t ld) {
+  CG_ASSIGN_OR_RETURN(const Packed* p, Entry(s, key, weights, ld));
+  return static_cast<const void*>(p ? p->data.get() : nullptr);
 }
 
 Status PackedWeightsCache::Cool(const Schedule& s, const OpKey& key, const void* weights, int64_t ld,
                                 size_t weights_bytes) {
-  CG_RETURN_IF_ERROR(Get(s, key, weights, ld).status());
-  for (const Packed& p : packed_)
-    if (p.schedule == s) FlushFromCache(p.data.get(), p.bytes);
+  CG_ASSIGN_OR_RETURN(const Packed* p, Entry(s, key, weights, ld));
+  if (p) FlushFromCache(p->data.get(), p->bytes);
   FlushFromCache(weights, weights_bytes);
   return Status::Ok();
 }

@@ -62,6 +62,8 @@ class PackedWeightsCache {
     std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
     size_t bytes = 0;
   };
+  // s's entry, packed now if it is not yet (nullptr for a variant without pack_weights).
+  StatusOr<const Packed*> Entry(const Schedule& s, const OpKey& key, const void* weights, int64_t ld);
   // Enough for every schedule of an interleaved batch (all are checked, so packed,
   // before any is timed); beyond these bounds the oldest packings are dropped.
   static constexpr size_t kMaxPacked = 64;
