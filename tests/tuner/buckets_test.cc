@@ -182,7 +182,7 @@ std::vector<const KernelVariant*> WithBuiltins(const KernelVariant* v) {
 // At a tuned key: the default 100 us, a test variant 60 + algo us (algo 0 wins),
 // +7 us when interleaved. At an end key (its m in end_us or end_fails): the default
 // end_default_us, anything else end_us[m] or a wrong result. Interleaved results
-// carry spread_us.
+// have six rounds at their time, or end_rounds_us.
 class ScriptedMeasurer final : public Measurer {
  public:
   explicit ScriptedMeasurer(DeviceInfo device) : device_(std::move(device)) {}
@@ -200,7 +200,8 @@ class ScriptedMeasurer final : public Measurer {
   }
   std::map<int64_t, double> end_us;
   std::set<int64_t> end_fails;
-  double end_default_us = 50, spread_us = 0;
+  double end_default_us = 50;
+  std::vector<double> end_rounds_us;  // given: the entry's six interleaved rounds at the end key m=16
   std::vector<OpKey> interleaved_keys;
 
  private:
@@ -213,7 +214,6 @@ class ScriptedMeasurer final : public Measurer {
       r.key = key;
       r.schedule = s;
       r.ok = true;
-      r.spread_us = interleaved ? spread_us : 0;
       if (end && s == def) {
         r.median_us = end_default_us;
       } else if (end && end_fails.count(key.m())) {
@@ -225,6 +225,8 @@ class ScriptedMeasurer final : public Measurer {
         const bool test_variant = s.variant == &kAnyM || s.variant == &kSmallM;
         r.median_us = (s == def ? 100 : test_variant ? 60 + s.params[0] : 90) + (interleaved ? 7 : 0);
       }
+      if (interleaved && r.ok) r.round_us.assign(6, r.median_us);
+      if (interleaved && key.m() == 16 && !end_rounds_us.empty() && !(s == def) && r.ok) r.round_us = end_rounds_us;
       out.push_back(r);
     }
     return out;
@@ -313,20 +315,21 @@ TEST(TuneBucketTest, ABucketThatHoldsAtBothEndsShipsWithTheEntry) {
 TEST(TuneBucketTest, ABucketSlowerThanAnEndsDefaultBeyondTheNoiseIsRefused) {
   const OpKey a = OpKey::Gemm(12, 64, 32);
   struct Case {
-    double hi_us, spread_us;
+    double hi_us;
+    std::vector<double> rounds_us;
     bool ships;
   } cases[] = {
-      {60, 0, false},  // 60 > 50 + max(1, 0)
-      {50.9, 0, true},  // 50.9 <= 50 + 2% of 50
-      {51.5, 0, false},
-      {60, 20, true},  // 60 <= 50 + (20 + 20) / 2: within the noise
+      {60, {}, false},    // the default 17% faster in every round
+      {50.9, {}, true},   // 1.8%: not beyond confirm_min_gain (2%)
+      {51.5, {}, false},  // 2.9%
+      {60, {60, 60, 60, 60, 40, 40}, true},  // the default faster in 4 of 6 rounds only: within the noise
   };
   for (const Case& c : cases) {
-    const std::string what = fmt::format("at m=16 {} us, spreads {} us", c.hi_us, c.spread_us);
+    const std::string what = fmt::format("at m=16 {} us, rounds {}", c.hi_us, fmt::join(c.rounds_us, ", "));
     const std::string log = TempPath("slow.jsonl");
     ScriptedMeasurer fake(HostCpuDevice());
     fake.end_us = {{9, 45}, {16, c.hi_us}};
-    fake.spread_us = c.spread_us;
+    fake.end_rounds_us = c.rounds_us;
     auto res = Tune(BucketOptions({{a, 9, 16}}, &kAnyM, log, &fake));
     ASSERT_TRUE(res.ok()) << res.status().ToString();
     const KeySummary& s = res->summaries[0];

@@ -4,6 +4,7 @@
 #include "cliffguard/tuner/measurer.h"
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -68,6 +69,18 @@ Status HangGemm(const KernelVariant&, const GemmArgs&, const ParamValues&) {
   }
   return Status::Ok();
 }
+
+// Appends its blk to the file at g_call_log on every call: the order in which a
+// worker ran the candidates.
+const char* g_call_log = nullptr;
+Status LoggedGemm(const KernelVariant& v, const GemmArgs& g, const ParamValues& p) {
+  if (FILE* f = std::fopen(g_call_log, "a")) {
+    std::fprintf(f, "%d\n", int(p[0]));
+    std::fclose(f);
+  }
+  return PlantedGemm(v, g, p);
+}
+const KernelVariant kLogged = {"test_f32_gemm_logged__scalar", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar, kPlantedParams, nullptr, nullptr, nullptr, {.gemm = LoggedGemm}, {.gemm = {1, 1}}};
 
 // The fast one is faster only because it runs the correct kernel; the planted bad
 // variants would "win" if their time counted (they do no work at all or crash).
@@ -166,12 +179,51 @@ TEST(MeasurerTest, InterleavedRemeasureAndDefaultSchedule) {
   EXPECT_TRUE((*res)[0].ok);
   EXPECT_TRUE((*res)[1].ok);
   EXPECT_FALSE((*res)[2].ok);
+  EXPECT_TRUE((*res)[2].round_us.empty());
+  for (int i : {0, 1}) EXPECT_EQ((*res)[i].round_us.size(), size_t(FastMeasureOptions().interleave_rounds));
   auto def = DefaultSchedule(key, m.device());
   if (def.ok()) {
     auto d = m.Measure(key, std::vector<Schedule>{*def});
     ASSERT_TRUE(d.ok());
     EXPECT_TRUE((*d)[0].ok) << (*d)[0].error;
   }
+}
+
+// Interleaved: per round the candidates' calls alternate, and each result carries
+// its per-round medians, whose half range is its spread.
+TEST(MeasurerTest, InterleavedCallsAlternateWithinEachRound) {
+  const std::string log = fmt::format("/tmp/cg_calls_{}.txt", ::getpid());
+  std::remove(log.c_str());
+  g_call_log = log.c_str();
+  MeasureOptions o = FastMeasureOptions();
+  o.min_time_ms = 0;  // each round: exactly per-round-calls calls of each
+  o.interleave_rounds = 5;
+  o.min_repeats = 15;  // 3 calls per round
+  SandboxMeasurer m(HostCpuDevice(1), o);
+  const OpKey key = OpKey::Gemm(8, 16, 8);
+  Schedule a, b;
+  a.variant = b.variant = &kLogged;
+  a.params = b.params = {4, 1};
+  b.params[0] = 16;
+  auto res = m.MeasureInterleaved(key, std::vector<Schedule>{a, b});
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  for (const MeasureResult& r : *res) {
+    ASSERT_TRUE(r.ok) << r.error;
+    ASSERT_EQ(r.round_us.size(), 5u);
+    const auto [lo, hi] = std::minmax_element(r.round_us.begin(), r.round_us.end());
+    EXPECT_DOUBLE_EQ(r.spread_us, 0.5 * (*hi - *lo));
+    EXPECT_GE(r.median_us, *lo);
+    EXPECT_LE(r.median_us, *hi);
+  }
+  std::vector<int> calls;
+  FILE* f = std::fopen(log.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  for (int v; std::fscanf(f, "%d", &v) == 1;) calls.push_back(v);
+  std::fclose(f);
+  std::remove(log.c_str());
+  ASSERT_GE(calls.size(), 30u);  // check and warm-up calls, then 5 rounds x 3 x 2 timed ones
+  const std::vector<int> timed(calls.end() - 30, calls.end());
+  for (size_t i = 0; i < timed.size(); ++i) EXPECT_EQ(timed[i], i % 2 ? 16 : 4) << "call " << i << " of the timed ones";
 }
 
 // Spawned workers (a new process per batch, the job on stdin: safe with a GPU
@@ -199,6 +251,7 @@ TEST(MeasurerTest, SpawnedWorkersMeasureAndCheckLikeForkedOnes) {
   auto re = m.MeasureInterleaved(key, std::span(batch).first(2));
   ASSERT_TRUE(re.ok());
   EXPECT_TRUE((*re)[0].ok && (*re)[1].ok);
+  EXPECT_EQ((*re)[0].round_us.size(), size_t(o.interleave_rounds));
 }
 
 TEST(MeasurerTest, ASpawnedWorkerRefusesAJobItCannotRead) {

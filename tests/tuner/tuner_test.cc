@@ -190,14 +190,19 @@ class FakeMeasurer final : public Measurer {
     auto out = Times(key, schedules, remeasure_add);
     const Schedule def = *DefaultSchedule(key, device_);
     for (auto& r : out) {
-      r.spread_us = spread_us;
-      if (interleaved_others_us > 0 && !(r.schedule == def)) r.median_us = interleaved_others_us;
+      r.round_us.assign(6, r.median_us);
+      if (!others_rounds_us.empty() && !(r.schedule == def)) r.round_us = others_rounds_us;
+      std::vector<double> sorted = r.round_us;
+      std::sort(sorted.begin(), sorted.end());
+      r.median_us = 0.5 * (sorted[2] + sorted[3]);
+      r.spread_us = 0.5 * (sorted.back() - sorted.front());
     }
     return out;
   }
   double default_us = 100, remeasure_add = 7;
-  double interleaved_others_us = 0;  // > 0: every non-default schedule's interleaved time
-  double spread_us = 0;              // of every interleaved result
+  // Interleaved results have six rounds, each at the result's time, except that
+  // every non-default schedule's rounds are these when given.
+  std::vector<double> others_rounds_us;
   int batch_sleep_ms = 0;            // wall time a Measure call takes (time-budget tests)
   int interleaved_calls = 0;
 
@@ -297,29 +302,35 @@ TEST(TunerTest, TheDefaultIsReMeasuredWithEveryTieGroup) {
 }
 
 // The confirmation: the winner and the default measured together once more; the
-// winner ships only when faster beyond the noise, and the entry records that
-// measurement's medians and spreads.
+// winner ships only when faster beyond the noise, judged round by round, and the
+// entry records that measurement's medians and spreads.
 TEST(TunerTest, TheConfirmationShipsTheDefaultUnlessTheWinnerIsFasterBeyondNoise) {
   const OpKey key = OpKey::Gemm(48, 64, 32);
   const Schedule def = *DefaultSchedule(key, HostCpuDevice());
   struct Case {
-    double others_us, spread_us;
+    std::vector<double> others_us;  // the winner's six rounds; the default's are 107 us each
     bool default_ships;
   };
-  // Default re-measured at 107 us. 104 us with spreads of 3 us: within the noise
-  // (3 us > 2% of 107). 104 us with no spread: 3 us > 2.14 us, the winner ships.
-  // 90 us with spreads of 3 us: clearly faster. 110 us: slower.
-  for (const Case& c : {Case{104, 3, true}, Case{104, 0, false}, Case{90, 3, false}, Case{110, 0, true}}) {
+  const Case cases[] = {
+      {{104, 104, 104, 104, 104, 104}, false},  // 2.8% faster in every round
+      {{106, 106, 106, 106, 106, 106}, true},   // 0.9%: not beyond confirm_min_gain (2%)
+      {{90, 90, 90, 90, 90, 200}, false},       // one slow round does not decide
+      {{90, 90, 90, 90, 200, 200}, true},       // faster in 4 of 6 rounds only
+      {{110, 110, 110, 110, 110, 110}, true},   // slower
+  };
+  for (const Case& c : cases) {
     const std::string log = TempPath("confirm.jsonl");
     TunerOptions o = Fast({key}, "random", 6, log);
     o.tie_tolerance = 0;  // a lone leader: no tie group, only the confirmation is interleaved
     FakeMeasurer fake(HostCpuDevice());
-    fake.interleaved_others_us = c.others_us;
-    fake.spread_us = c.spread_us;
+    fake.others_rounds_us = c.others_us;
     TuneResult res;
     int confirms = 0;
     for (const auto& r : TuneWithFakeTimes(o, fake, &res)) confirms += r.kind == RecordKind::kConfirm;
-    const std::string what = fmt::format("others {} us, spread {} us", c.others_us, c.spread_us);
+    const std::string what = fmt::format("winner's rounds {} us", fmt::join(c.others_us, ", "));
+    std::vector<double> sorted = c.others_us;
+    std::sort(sorted.begin(), sorted.end());
+    const double others_median = 0.5 * (sorted[2] + sorted[3]), others_spread = 0.5 * (sorted.back() - sorted.front());
     EXPECT_EQ(confirms, 2) << what;
     EXPECT_EQ(fake.interleaved_calls, 1) << what;
     ASSERT_EQ(res.summaries.size(), 1u);
@@ -329,15 +340,17 @@ TEST(TunerTest, TheConfirmationShipsTheDefaultUnlessTheWinnerIsFasterBeyondNoise
     ASSERT_EQ(res.bundle.entries.size(), 1u);
     const BundleEntry& e = res.bundle.entries[0];
     EXPECT_DOUBLE_EQ(e.default_us, fake.default_us + fake.remeasure_add) << what;
-    EXPECT_DOUBLE_EQ(e.default_spread_us, c.spread_us) << what;
-    EXPECT_DOUBLE_EQ(e.tuned_spread_us, c.spread_us) << what;
+    EXPECT_DOUBLE_EQ(e.default_spread_us, 0) << what;
     if (c.default_ships) {
       EXPECT_EQ(e.schedule, ToNamed(def)) << what;
       EXPECT_DOUBLE_EQ(e.tuned_us, e.default_us) << what;
+      EXPECT_DOUBLE_EQ(e.tuned_spread_us, 0) << what;
       EXPECT_NE(s.note.find("default shipped"), std::string::npos) << s.note;
+      EXPECT_NE(s.note.find("interleaved rounds"), std::string::npos) << s.note;
     } else {
       EXPECT_NE(e.schedule, ToNamed(def)) << what;
-      EXPECT_DOUBLE_EQ(e.tuned_us, c.others_us) << what;
+      EXPECT_DOUBLE_EQ(e.tuned_us, others_median) << what;
+      EXPECT_DOUBLE_EQ(e.tuned_spread_us, others_spread) << what;
     }
     std::remove(log.c_str());
   }

@@ -30,7 +30,7 @@ void AddCompareCommand(CLI::App& app) {
   cmd->add_option("--rounds", o->rounds, "Interleaved rounds over the three schedules of a key")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
-  cmd->add_option("--min-time-ms", o->min_time_ms, "Timed calls per schedule and round sum to at least twice this")
+  cmd->add_option("--min-time-ms", o->min_time_ms, "Timed calls per schedule and round sum to at least half this")
       ->check(CLI::Range(0.1, 60000.0))
       ->capture_default_str();
   cmd->add_option("--tolerance", o->tolerance,

@@ -48,53 +48,68 @@ double Median(std::vector<double> v) {
   return Quantile(v, 0.5);
 }
 
-// "R i 1 median spread" or "R i 0 0 0 error". The median is over every timed call;
-// the spread is half the range of the medians of the groups (the interleaved
-// rounds; else four consecutive parts of the run): how far the median moves
-// within one measurement.
-std::string ResultLine(size_t i, const std::vector<std::vector<double>>& groups, const std::string& error) {
+// The timed calls of one candidate in one measurement (or round).
+struct Calls {
+  std::vector<double> us;
+  double total_us = 0;
+  // Whether it still needs calls to have `budget_ms` of timed calls and `min_calls`
+  // calls (never more than max_repeats).
+  bool Short(const MeasureOptions& opt, double budget_ms, int min_calls) const {
+    const int n = static_cast<int>(us.size());
+    return n < opt.max_repeats && (n < min_calls || total_us < budget_ms * 1000.0);
+  }
+  // Times one call of `s`; the error text when the kernel fails.
+  std::string Add(OpHarness& h, const Schedule& s) {
+    const StatusOr<double> t = h.TimeOne(s);
+    if (!t.ok()) return fmt::format("kernel failed: {}", t.status().ToString());
+    us.push_back(*t);
+    total_us += *t;
+    return "";
+  }
+};
+
+// "R i 1 median spread n m_1 .. m_n" or "R i 0 0 0 error". The median is over every
+// timed call; m_g are the medians of the groups (the interleaved rounds; else four
+// consecutive parts of the run) and the spread is half their range: how far the
+// median moves within one measurement.
+std::string ResultLine(size_t i, const std::vector<Calls>& groups, const std::string& error) {
   std::vector<double> all, medians;
   for (const auto& g : groups) {
-    all.insert(all.end(), g.begin(), g.end());
-    if (!g.empty()) medians.push_back(Median(g));
+    all.insert(all.end(), g.us.begin(), g.us.end());
+    if (!g.us.empty()) medians.push_back(Median(g.us));
   }
   if (!error.empty() || all.empty())
     return fmt::format("R {} 0 0 0 {}\n", i, OneLine(error.empty() ? "no timed call" : error));
   const auto [lo, hi] = std::minmax_element(medians.begin(), medians.end());
-  return fmt::format("R {} 1 {:.17g} {:.17g} \n", i, Median(std::move(all)), 0.5 * (*hi - *lo));
+  return fmt::format("R {} 1 {:.17g} {:.17g} {} {:.17g}\n", i, Median(std::move(all)), 0.5 * (*hi - *lo),
+                     medians.size(), fmt::join(medians, " "));
 }
 
-// Four consecutive parts of one run's times (one part when there are fewer calls).
-std::vector<std::vector<double>> Parts(const std::vector<double>& times) {
-  const size_t parts = times.size() >= 4 ? 4 : 1;
-  std::vector<std::vector<double>> out(parts);
-  for (size_t c = 0; c < times.size(); ++c) out[c * parts / times.size()].push_back(times[c]);
+// Four consecutive parts of one run's calls (one part when there are fewer calls).
+std::vector<Calls> Parts(const Calls& calls) {
+  const std::vector<double>& t = calls.us;
+  const size_t parts = t.size() >= 4 ? 4 : 1;
+  std::vector<Calls> out(parts);
+  for (size_t c = 0; c < t.size(); ++c) out[c * parts / t.size()].us.push_back(t[c]);
   return out;
 }
 
-// Appends per-call times (us) until `budget_ms` of timed calls and `min_calls` calls.
+// Times calls of `s` until `budget_ms` of timed calls and `min_calls` calls.
 std::string Time(OpHarness& h, const Schedule& s, const MeasureOptions& opt, double budget_ms, int min_calls,
-                 std::vector<double>& times) {
-  double total_us = 0;
-  int calls = 0;
-  while ((total_us < budget_ms * 1000.0 || calls < min_calls) && calls < opt.max_repeats) {
-    const StatusOr<double> us = h.TimeOne(s);
-    if (!us.ok()) return fmt::format("kernel failed: {}", us.status().ToString());
-    times.push_back(*us);
-    total_us += *us;
-    ++calls;
-  }
+                 Calls& calls) {
+  while (calls.Short(opt, budget_ms, min_calls))
+    if (std::string err = calls.Add(h, s); !err.empty()) return err;
   return "";
 }
 
 // The worker: measures the pending candidates with an armed harness, writing
-// "S i" when candidate i starts and "R i ok us error" when it ends.
+// "S i" when candidate i starts and its result line (ResultLine) when it ends.
 void WorkerLoop(int fd, OpHarness& h, const MeasureOptions& opt, std::span<const Schedule> schedules,
                 const std::vector<size_t>& pending, bool interleaved) {
   auto fail = [] { _exit(3); };
   auto warmup = [&](const Schedule& s) {
-    std::vector<double> t;
-    return Time(h, s, opt, opt.warmup_ms, 1, t);
+    Calls c;
+    return Time(h, s, opt, opt.warmup_ms, 1, c);
   };
   if (!interleaved) {
     for (size_t i : pending) {
@@ -102,24 +117,32 @@ void WorkerLoop(int fd, OpHarness& h, const MeasureOptions& opt, std::span<const
       const Schedule& s = schedules[i];
       std::string err = h.Check(s);
       if (err.empty()) err = warmup(s);
-      std::vector<double> times;
+      Calls times;
       if (err.empty()) err = Time(h, s, opt, opt.min_time_ms, std::max(1, opt.min_repeats), times);
       if (!WriteAll(fd, ResultLine(i, Parts(times), err))) fail();
     }
     return;
   }
   std::vector<std::string> errs(pending.size());
-  std::vector<std::vector<std::vector<double>>> times(pending.size());  // [candidate][round]
+  std::vector<std::vector<Calls>> times(pending.size());  // [candidate][round]
   for (size_t t = 0; t < pending.size(); ++t) {
     errs[t] = h.Check(schedules[pending[t]]);
     if (errs[t].empty()) errs[t] = warmup(schedules[pending[t]]);
   }
   const int rounds = std::max(1, opt.interleave_rounds);
   const int per_round_calls = std::max(1, (std::max(1, opt.min_repeats) + rounds - 1) / rounds);
-  for (int r = 0; r < rounds; ++r)
-    for (size_t t = 0; t < pending.size(); ++t)
-      if (errs[t].empty())
-        errs[t] = Time(h, schedules[pending[t]], opt, opt.min_time_ms / 2, per_round_calls, times[t].emplace_back());
+  for (int r = 0; r < rounds; ++r) {
+    for (auto& t : times) t.emplace_back();
+    for (bool more = true; more;) {  // one call of each candidate in turn
+      more = false;
+      for (size_t t = 0; t < pending.size(); ++t) {
+        Calls& round = times[t].back();
+        if (!errs[t].empty() || !round.Short(opt, opt.min_time_ms / 2, per_round_calls)) continue;
+        errs[t] = round.Add(h, schedules[pending[t]]);
+        more = true;
+      }
+    }
+  }
   for (size_t t = 0; t < pending.size(); ++t)
     if (!WriteAll(fd, ResultLine(pending[t], times[t], errs[t]))) fail();
 }
@@ -180,13 +203,15 @@ StatusOr<std::vector<MeasureResult>> SandboxMeasurer::Run(const OpKey& key, std:
   CG_RETURN_IF_ERROR(key.Validate());
   std::vector<MeasureResult> results(schedules.size());
   std::vector<bool> done(schedules.size(), false);
-  auto finish = [&](size_t i, bool ok, double us, std::string error, double spread = 0) {
+  auto finish = [&](size_t i, bool ok, double us, std::string error, double spread = 0,
+                    std::vector<double> rounds = {}) {
     MeasureResult& r = results[i];
     r.key = key;
     r.schedule = schedules[i];
     r.ok = ok;
     r.median_us = ok ? us : 0;
     r.spread_us = ok ? spread : 0;
+    r.round_us = ok ? std::move(rounds) : std::vector<double>{};
     r.error = ok ? "" : std::move(error);
     done[i] = true;
     if (on_result) on_result(i, r);
@@ -236,8 +261,13 @@ StatusOr<std::vector<MeasureResult>> SandboxMeasurer::Run(const OpKey& key, std:
             const bool ok = std::strtol(end, &end, 10) == 1;
             const double us = std::strtod(end, &end);
             const double spread = std::strtod(end, &end);
+            std::vector<double> rounds;
+            if (ok) {
+              const long n = std::strtol(end, &end, 10);
+              for (long g = 0; g < n && g < 100000; ++g) rounds.push_back(std::strtod(end, &end));
+            }
             std::string err = *end == ' ' ? std::string(end + 1) : std::string(end);
-            if (i < schedules.size() && !done[i]) finish(i, ok, us, std::move(err), spread);
+            if (i < schedules.size() && !done[i]) finish(i, ok, us, std::move(err), spread, std::move(rounds));
             in_flight = -1;
             return batch_s;
           }

@@ -23,6 +23,26 @@ namespace cliffguard::tuner {
 
 double Gflops(const OpKey& key, double us) { return us > 0 ? key.Flops() / (us * 1e3) : 0; }
 
+PairedComparison ComparePaired(const MeasureResult& a, const MeasureResult& b) {
+  PairedComparison pc;
+  if (!a.ok || !b.ok) return pc;
+  const bool rounds = !a.round_us.empty() && a.round_us.size() == b.round_us.size();
+  const std::vector<double> at = rounds ? a.round_us : std::vector<double>{a.median_us};
+  const std::vector<double> bt = rounds ? b.round_us : std::vector<double>{b.median_us};
+  std::vector<double> gains;
+  for (size_t r = 0; r < at.size(); ++r) {
+    if (!(at[r] > 0 && bt[r] > 0)) continue;
+    gains.push_back(1.0 - at[r] / bt[r]);
+    pc.a_faster += at[r] < bt[r];
+  }
+  pc.rounds = static_cast<int>(gains.size());
+  if (gains.empty()) return pc;
+  std::sort(gains.begin(), gains.end());
+  const size_t n = gains.size();
+  pc.median_gain = n % 2 ? gains[n / 2] : 0.5 * (gains[n / 2 - 1] + gains[n / 2]);
+  return pc;
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -543,14 +563,14 @@ class TuneRun {
     sum.confirmed = true;
     out.default_us = sum.default_us = d.median_us;
     out.default_spread_us = d.spread_us;
-    const double noise = std::max(o_.confirm_min_gain * d.median_us, 0.5 * (w.spread_us + d.spread_us));
-    if (w.ok && d.median_us - w.median_us > noise) {
+    const PairedComparison pc = ComparePaired(w, d);
+    if (w.ok && pc.Beyond(o_.confirm_min_gain)) {
       out.tuned_us = w.median_us;
       out.tuned_spread_us = w.spread_us;
     } else {
-      add_note(w.ok ? fmt::format("confirm: {} us is not faster than the default's {} us beyond the noise ({} us): default "
-                                  "shipped",
-                                  Us(w.median_us), Us(d.median_us), Us(noise))
+      add_note(w.ok ? fmt::format("confirm: {} us against the default's {} us is not faster beyond the noise ({}): "
+                                  "default shipped",
+                                  Us(w.median_us), Us(d.median_us), Describe(pc))
                     : fmt::format("confirm: the winner failed ({}): default shipped", w.error));
       out.best = def;
       out.tuned_us = d.median_us;
@@ -605,11 +625,10 @@ class TuneRun {
       const MeasureResult &w = re[0], &d = re[1];
       if (!w.ok) return refuse(fmt::format("the entry's schedule fails at {}: {}", at, w.error));
       if (!d.ok) return refuse(fmt::format("the default fails at {} ({}): nothing verified to compare with", at, d.error));
-      const double noise = std::max(o_.confirm_min_gain * d.median_us, 0.5 * (w.spread_us + d.spread_us));
-      if (w.median_us > d.median_us + noise)
+      if (const PairedComparison pc = ComparePaired(d, w); pc.Beyond(o_.confirm_min_gain))
         return refuse(fmt::format("at {} the entry's schedule takes {} us, the default {} us: slower beyond the noise "
-                                  "({} us)",
-                                  at, Us(w.median_us), Us(d.median_us), Us(noise)));
+                                  "(the default {})",
+                                  at, Us(w.median_us), Us(d.median_us), Describe(pc)));
       checked.push_back(fmt::format("{}: {} us, default {} us", at, Us(w.median_us), Us(d.median_us)));
     }
     out.bucket_lo = sum.bucket_lo = lo;
@@ -620,6 +639,10 @@ class TuneRun {
   }
 
   static std::string Us(double us) { return fmt::format("{:.3g}", us); }
+  static std::string Describe(const PairedComparison& pc) {
+    return fmt::format("faster in {} of {} interleaved rounds, by {:.1f}% in the median round", pc.a_faster, pc.rounds,
+                       100 * pc.median_gain);
+  }
 
   // ---- per-op, per-shape-class bundle defaults ----
   StatusOr<std::vector<BundleOpDefault>> ChooseBundleDefaults() {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "cliffguard/kernel.h"
 #include "cliffguard/op_key.h"
@@ -18,6 +19,10 @@ struct MeasureResult {
   // How far the median moves within the measurement (ok only; 0: not known): half
   // the range of the medians of its interleaved rounds, or of four consecutive parts.
   double spread_us = 0;
+  // Those medians, in order (ok only): one per interleaved round, where the calls of
+  // the candidates alternate, so round r of two candidates measured together ran
+  // under the same conditions (the tuner's paired verdict, PairedVerdict).
+  std::vector<double> round_us;
 };
 
 }  // namespace cliffguard::tuner

@@ -78,9 +78,10 @@ struct MeasureOptions {
   int64_t full_check_elements = 65536;  // outputs up to this size are checked entirely
   int64_t max_checked = 4096;           // else this many sampled elements
   uint64_t data_seed = 42;              // inputs are uniform in [-1, 1] from this seed and the key
-  // Near-tie re-measurement (MeasureInterleaved): rounds over the candidates;
-  // each round gives each candidate min_time_ms / 2 of timed calls.
-  int interleave_rounds = 4;
+  // Interleaved re-measurement (MeasureInterleaved): rounds over the candidates;
+  // each round gives each candidate min_time_ms / 2 of timed calls (and at least
+  // min_repeats / rounds calls).
+  int interleave_rounds = 6;
   // Empty: workers are forked. Else each worker is spawned as this program and
   // arguments (e.g. {"/usr/bin/cliffguard", "measure-worker"}) and reads its job on
   // stdin; required for a CUDA device. Planted variants (not in this build's table)
@@ -104,10 +105,12 @@ class Measurer {
   virtual StatusOr<std::vector<MeasureResult>> Measure(const OpKey& key, std::span<const Schedule> schedules,
                                                        const ResultCallback& on_result = {}) = 0;
 
-  // Re-measures candidates together for a near-tie decision: interleave_rounds
-  // rounds, each timing every candidate in turn, so slow drift of the machine
-  // (frequency, other processes) affects all of them alike. The median over all
-  // timed calls of a candidate is its result.
+  // Re-measures candidates together for a near-tie decision or a confirmation:
+  // interleave_rounds rounds; within a round the candidates' calls alternate (one
+  // call of each in turn) until each has its share, so a slow spell of the machine
+  // (frequency, other processes, a hypervisor's steal) hits all of them alike and
+  // round r of two candidates can be compared as a pair. The median over all timed
+  // calls of a candidate is its result; round_us holds its per-round medians.
   virtual StatusOr<std::vector<MeasureResult>> MeasureInterleaved(const OpKey& key,
                                                                   std::span<const Schedule> schedules) = 0;
   // Caps the per-candidate timeout of later calls at `seconds` (0: the configured

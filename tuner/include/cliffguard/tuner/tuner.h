@@ -20,20 +20,20 @@
 //      tie_max), so default_us comes from the same measurement. A lone leader is not
 //      re-measured.
 //   4. confirmation: the winner and the default, measured together again (interleaved
-//      rounds, as the serving path runs them: B packed once for a constant-weights
-//      key; "confirm" records). The winner ships only when its median beats the
-//      default's by more than the noise: max(confirm_min_gain of the default, the
-//      mean of the two spreads, each half the range of its per-round medians). Else the default
-//      ships as the key's entry (a hit that runs the default). The entry records
-//      both medians and spreads of this measurement.
+//      rounds whose calls alternate, as the serving path runs them: B packed once
+//      for a constant-weights key; "confirm" records). The winner ships only when it
+//      is faster beyond the noise, judged round by round (ComparePaired): faster in
+//      at least three quarters of the rounds, and by more than confirm_min_gain in
+//      the median round. Else the default ships as the key's entry (a hit that runs
+//      the default). The entry records both medians and spreads of this measurement.
 //   5. bucket check (keys of TunerOptions::buckets only): at each end e of the range
 //      other than the key's own varying dimension, the end key
 //      WithVaryingDim(key, e) measures what ships (step 4's choice) against
 //      DefaultSchedule(end key), together, interleaved ("bucket" records, whose key
 //      is the end key). The bucket ships when, at every end, the shipped schedule is
-//      valid (CheckSchedule), passes the correctness gate, and its median is at most
-//      the end default's plus the noise: max(confirm_min_gain of the end default's
-//      median, the mean of the two spreads). An end whose default is the shipped
+//      valid (CheckSchedule), passes the correctness gate, and the end default is
+//      not faster than it beyond the noise (ComparePaired, as in step 4). An end
+//      whose default is the shipped
 //      schedule passes unmeasured. An end whose default fails refuses the bucket
 //      (nothing verified to compare with). A refused bucket leaves the entry exact;
 //      the note names the end and both times.
@@ -142,9 +142,9 @@ struct TunerOptions {
   Measurer* measurer = nullptr;
   double tie_tolerance = 0.10;       // near-tie band for re-measurement (relative; docs/tuning.md)
   int tie_max = 4;                   // at most this many candidates re-measured per key
-  // Confirmation (step 4): the winner ships only when faster than the default by
-  // more than max(confirm_min_gain * default, the mean of the two spreads).
-  // confirm_min_gain is also the bucket check's noise floor (step 5).
+  // Confirmation (step 4): the winner ships only when faster than the default
+  // beyond the noise (PairedComparison::Beyond(confirm_min_gain)); the bucket check
+  // (step 5) uses the same rule.
   bool confirm = true;
   double confirm_min_gain = 0.02;
   bool bundle_default = true;        // compute the per-op bundle default
@@ -170,6 +170,21 @@ struct TuneResult {
 // log, kIoError when the log cannot be written. A key whose every candidate fails
 // is not an error: its summary says so and it gets no bundle entry.
 StatusOr<TuneResult> Tune(const TunerOptions& options);
+
+// Two schedules measured together (MeasureInterleaved), compared round by round:
+// round r of both ran under the same conditions, so a slow spell of the machine
+// that hits one round moves both and one round cannot decide. gain_r = 1 - a_r / b_r
+// (> 0: a faster in round r). Results without per-round medians, or with different
+// round counts, compare as one round of their medians.
+struct PairedComparison {
+  int rounds = 0;
+  int a_faster = 0;          // rounds where a took less time than b
+  double median_gain = 0;    // the median over rounds of gain_r
+  // a is faster than b beyond the noise: in at least three quarters of the rounds
+  // (rounded up) and by more than min_gain in the median round.
+  bool Beyond(double min_gain) const { return rounds > 0 && 4 * a_faster >= 3 * rounds && median_gain > min_gain; }
+};
+PairedComparison ComparePaired(const MeasureResult& a, const MeasureResult& b);
 
 // GFLOP/s of one call of `key` taking `us` microseconds.
 double Gflops(const OpKey& key, double us);
