@@ -243,6 +243,7 @@ TunerOptions BucketOptions(std::vector<BucketTarget> buckets, const KernelVarian
   o.batch_size = 4;
   o.log_path = log;
   o.tie_tolerance = 0;  // a lone leader: no tie group
+  o.variant_leaders = 0;
   o.bundle_default = false;
   o.variants = WithBuiltins(variant);
   o.measurer = measurer;

@@ -275,6 +275,7 @@ TEST(TunerTest, TheDefaultIsReMeasuredWithEveryTieGroup) {
   TunerOptions o = Fast({OpKey::Gemm(48, 64, 32)}, "random", 8, log);
   o.tie_tolerance = 0.5;  // every trial (60-79 us) ties; the default (100 us) does not
   o.tie_max = 2;          // and the group is full before the default's rank is reached
+  o.variant_leaders = 0;
   o.confirm = false;
   FakeMeasurer fake(HostCpuDevice());
   TuneResult res;
@@ -301,6 +302,49 @@ TEST(TunerTest, TheDefaultIsReMeasuredWithEveryTieGroup) {
   std::remove(log.c_str());
 }
 
+// Variant leaders: the fastest schedule of each other variant within variant_band of
+// the fastest joins the re-measured group (at most variant_leaders of them, fastest
+// first), even when nothing ties with the fastest.
+TEST(TunerTest, TheFastestScheduleOfOtherVariantsJoinsTheReMeasuredGroup) {
+  const OpKey key = OpKey::Gemm(48, 64, 32);
+  for (const int leaders : {0, 1, 2}) {
+    const std::string log = TempPath("leaders.jsonl");
+    TunerOptions o = Fast({key}, "random", 12, log);
+    o.tie_tolerance = 0;  // no near-tie group: only the leaders make one
+    o.variant_leaders = leaders;
+    o.variant_band = 0.5;  // trials take 60-80 us: every variant is within 50% of the fastest
+    o.confirm = false;
+    FakeMeasurer fake(HostCpuDevice());
+    fake.default_us = 1000;  // never within the band: the default joins only as the default
+    std::vector<LogRecord> trials, re;
+    NamedSchedule def;
+    for (const auto& r : TuneWithFakeTimes(o, fake)) {
+      if (r.kind == RecordKind::kTrial && r.ok) trials.push_back(r);
+      if (r.kind == RecordKind::kRemeasure) re.push_back(r);
+      if (r.kind == RecordKind::kDefault) def = r.schedule;
+    }
+    std::stable_sort(trials.begin(), trials.end(), [](const LogRecord& a, const LogRecord& b) { return a.median_us < b.median_us; });
+    ASSERT_FALSE(trials.empty());
+    std::vector<NamedSchedule> want = {trials[0].schedule};
+    std::set<std::string> variants = {trials[0].schedule.variant};
+    for (const LogRecord& t : trials)
+      if (static_cast<int>(want.size()) <= leaders && variants.insert(t.schedule.variant).second)
+        want.push_back(t.schedule);
+    ASSERT_EQ(static_cast<int>(want.size()), leaders + 1) << "the trials cover too few variants";
+    if (leaders == 0) {
+      EXPECT_TRUE(re.empty()) << "a lone leader was re-measured";
+      EXPECT_EQ(fake.interleaved_calls, 0);
+    } else {
+      if (std::find(want.begin(), want.end(), def) == want.end()) want.push_back(def);  // the default joins any group
+      std::vector<NamedSchedule> got;
+      for (const LogRecord& r : re) got.push_back(r.schedule);
+      EXPECT_EQ(got, want) << "leaders " << leaders;
+      EXPECT_EQ(fake.interleaved_calls, 1);
+    }
+    std::remove(log.c_str());
+  }
+}
+
 // The confirmation: the winner and the default measured together once more; the
 // winner ships only when faster beyond the noise, judged round by round, and the
 // entry records that measurement's medians and spreads.
@@ -322,6 +366,7 @@ TEST(TunerTest, TheConfirmationShipsTheDefaultUnlessTheWinnerIsFasterBeyondNoise
     const std::string log = TempPath("confirm.jsonl");
     TunerOptions o = Fast({key}, "random", 6, log);
     o.tie_tolerance = 0;  // a lone leader: no tie group, only the confirmation is interleaved
+    o.variant_leaders = 0;
     FakeMeasurer fake(HostCpuDevice());
     fake.others_rounds_us = c.others_us;
     TuneResult res;

@@ -112,6 +112,14 @@ void AddTuneCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--tie-tolerance", o->t.tie_tolerance, "Near-tie band re-measured together (relative)")
       ->capture_default_str();
+  cmd->add_option("--variant-leaders", o->t.variant_leaders,
+                  "The fastest schedule of up to this many other kernel variants, each within --variant-band of "
+                  "the fastest, joins the re-measured group (0: none)")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  cmd->add_option("--variant-band", o->t.variant_band, "Band of the variant leaders (relative to the fastest)")
+      ->check(CLI::Range(0.0, 10.0))
+      ->capture_default_str();
   cmd->add_flag("--no-bundle-default", o->no_bundle_default, "Do not compute the per-op bundle default");
   cmd->add_flag("--no-confirm", o->no_confirm,
                 "Skip the confirmation (the winner measured against the default, interleaved; the default ships "

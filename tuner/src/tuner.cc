@@ -141,6 +141,10 @@ Status ValidateOptions(const TunerOptions& o) {
     return InvalidArgument(fmt::format("tune: confirm min gain {} must be in [0, 0.5]", o.confirm_min_gain));
   if (o.tie_tolerance < 0 || o.tie_tolerance > 0.5)
     return InvalidArgument(fmt::format("tune: tie tolerance {} must be in [0, 0.5]", o.tie_tolerance));
+  if (!(o.variant_band >= 0 && o.variant_band <= 10))
+    return InvalidArgument(fmt::format("tune: variant band {} must be in [0, 10]", o.variant_band));
+  if (o.variant_leaders < 0)
+    return InvalidArgument(fmt::format("tune: variant leaders {} must be >= 0 (0: none)", o.variant_leaders));
   if (o.measure.min_time_ms <= 0 || o.measure.min_repeats < 1)
     return InvalidArgument(fmt::format("tune: min measure time {} ms must be > 0 and min repeats {} >= 1",
                                        o.measure.min_time_ms, o.measure.min_repeats));
@@ -468,8 +472,9 @@ class TuneRun {
     return Status::Ok();
   }
 
-  // The noise rule: verified candidates within tie_tolerance of the fastest, with the
-  // default, are re-measured together and the re-measured medians decide.
+  // The noise rule: verified candidates within tie_tolerance of the fastest, the
+  // variant leaders and the default are re-measured together and the re-measured
+  // medians decide.
   Status PickWinner(size_t ki, KeyState& ks, KeySummary& sum, KeyOutcome& out) {
     const OpKey& key = ks.key;
     std::vector<std::pair<double, Schedule>> ranked;
@@ -501,6 +506,21 @@ class TuneRun {
     for (const auto& [t, s] : ranked)
       if (t <= ranked[0].first * (1 + o_.tie_tolerance) && static_cast<int>(group.size()) < std::max(1, o_.tie_max))
         group.push_back(s);
+    // Variant leaders: one unlucky first measurement can put a whole variant far
+    // behind (a library has one or a few schedules), so the fastest schedule of each
+    // variant not in the group yet joins it when within variant_band of the fastest.
+    {
+      std::vector<const KernelVariant*> in_group;
+      for (const Schedule& s : group) in_group.push_back(s.variant);
+      int leaders = 0;
+      for (const auto& [t, s] : ranked) {
+        if (leaders >= o_.variant_leaders || t > ranked[0].first * (1 + o_.variant_band)) break;
+        if (std::find(in_group.begin(), in_group.end(), s.variant) != in_group.end()) continue;
+        in_group.push_back(s.variant);
+        group.push_back(s);
+        ++leaders;
+      }
+    }
     // A re-measured group is slower than its first measurements (the fastest of many
     // noisy medians is optimistic): the default joins it, whatever its rank, so
     // tuned_us and default_us come from the same interleaved measurement and a

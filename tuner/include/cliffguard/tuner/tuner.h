@@ -16,8 +16,10 @@
 //      within tie_tolerance (10%) of the fastest, at most tie_max of them, is
 //      re-measured together, interleaved over several rounds with more calls
 //      ("remeasure" records), and the re-measured medians decide the winner and its
-//      tuned_us. The default schedule joins every re-measured group (beyond
-//      tie_max), so default_us comes from the same measurement. A lone leader is not
+//      tuned_us. The fastest schedule of each other variant within variant_band
+//      (50%) of the fastest joins the group (at most variant_leaders of them), and
+//      so does the default schedule (beyond tie_max), so default_us comes from the
+//      same measurement. A lone leader with no variant within the band is not
 //      re-measured.
 //   4. confirmation: the winner and the default, measured together again (interleaved
 //      rounds whose calls alternate, as the serving path runs them: B packed once
@@ -142,6 +144,11 @@ struct TunerOptions {
   Measurer* measurer = nullptr;
   double tie_tolerance = 0.10;       // near-tie band for re-measurement (relative; docs/tuning.md)
   int tie_max = 4;                   // at most this many candidates re-measured per key
+  // Variant leaders join the re-measured group (step 3): the fastest schedule of
+  // each variant not in it, within variant_band of the fastest (relative), at most
+  // variant_leaders of them, fastest first. 0 leaders: none.
+  double variant_band = 0.5;
+  int variant_leaders = 3;
   // Confirmation (step 4): the winner ships only when faster than the default
   // beyond the noise (PairedComparison::Beyond(confirm_min_gain)); the bucket check
   // (step 5) uses the same rule.
