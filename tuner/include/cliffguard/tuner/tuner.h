@@ -143,7 +143,7 @@ struct TunerOptions {
   // SandboxMeasurer with `measure`. Tests pass a fake with scripted times.
   Measurer* measurer = nullptr;
   double tie_tolerance = 0.10;       // near-tie band for re-measurement (relative; docs/tuning.md)
-  int tie_max = 4;                   // at most this many candidates re-measured per key
+  int tie_max = 4;                   // at most this many near-ties re-measured per key (leaders and the default on top)
   // Variant leaders join the re-measured group (step 3): the fastest schedule of
   // each variant not in it, within variant_band of the fastest (relative), at most
   // variant_leaders of them, fastest first. 0 leaders: none.
