@@ -180,6 +180,7 @@ class FakeMeasurer final : public Measurer {
   StatusOr<std::vector<MeasureResult>> Measure(const OpKey& key, std::span<const Schedule> schedules,
                                                const ResultCallback& on_result) override {
     if (batch_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(batch_sleep_ms));
+    if (schedules.size() == 1 && schedules[0] == *DefaultSchedule(key, device_)) caps_at_default.push_back(cap_s);
     auto out = Times(key, schedules, 0);
     for (size_t i = 0; i < out.size(); ++i)
       if (on_result) on_result(i, out[i]);
@@ -199,7 +200,10 @@ class FakeMeasurer final : public Measurer {
     }
     return out;
   }
+  void CapCandidateTimeout(double seconds) override { cap_s = seconds; }
   double default_us = 100, remeasure_add = 7;
+  double cap_s = 0;                     // the candidate timeout cap in force
+  std::vector<double> caps_at_default;  // the cap in force when each key's default was measured
   // Interleaved results have six rounds, each at the result's time, except that
   // every non-default schedule's rounds are these when given.
   std::vector<double> others_rounds_us;
@@ -299,6 +303,20 @@ TEST(TunerTest, TheDefaultIsReMeasuredWithEveryTieGroup) {
   for (const auto& r : re)
     if (r.ok) fastest = std::min(fastest, r.median_us);
   EXPECT_DOUBLE_EQ(s.tuned_us, fastest);
+  std::remove(log.c_str());
+}
+
+// A key's default is measured without the previous key's timeout cap (a default
+// far slower than the previous key's would be cut short), and the key's trials
+// under a cap from its own default.
+TEST(TunerTest, EachKeysDefaultIsMeasuredWithoutThePreviousKeysTimeoutCap) {
+  const std::string log = TempPath("caps.jsonl");
+  TunerOptions o = Fast({OpKey::Gemm(48, 64, 32), OpKey::Gemm(40, 64, 32)}, "random", 4, log);
+  o.confirm = false;
+  FakeMeasurer fake(HostCpuDevice());
+  TuneWithFakeTimes(o, fake);
+  EXPECT_EQ(fake.caps_at_default, (std::vector<double>{0, 0}));
+  EXPECT_GT(fake.cap_s, 0);
   std::remove(log.c_str());
 }
 

@@ -2,7 +2,8 @@
 // cache of packed constant weights and their eviction before a timed call.
 #include "harness.h"
 
-#include <emmintrin.h>
+#include <cpuid.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <chrono>
@@ -43,15 +44,45 @@ StatusOr<const void*> PackedWeightsCache::Get(const Schedule& s, const OpKey& ke
 Status PackedWeightsCache::Cool(const Schedule& s, const OpKey& key, const void* weights, int64_t ld,
                                 size_t weights_bytes) {
   CG_ASSIGN_OR_RETURN(const Packed* p, Entry(s, key, weights, ld));
-  if (p) FlushFromCache(p->data.get(), p->bytes);
-  FlushFromCache(weights, weights_bytes);
+  if (p) {
+    FlushFromCache(p->data.get(), p->bytes);
+  } else {
+    FlushFromCache(weights, weights_bytes);
+  }
   return Status::Ok();
 }
 
-void FlushFromCache(const void* p, size_t bytes) {
-  const auto* c = static_cast<const char*>(p);
+namespace {
+
+bool HasClflushopt() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b >> 23 & 1);
+}
+
+// clflush is ordered with every other clflush: about 145 ns a line under KVM on
+// an Emerald Rapids host (0.43 s for 180 MiB), against 7 ms with clflushopt.
+__attribute__((target("clflushopt"))) void FlushLinesOpt(const char* c, size_t bytes) {
+  auto* m = const_cast<char*>(c);  // _mm_clflushopt takes void*; nothing is written
+  for (size_t off = 0; off < bytes; off += 64) _mm_clflushopt(m + off);
+  _mm_clflushopt(m + bytes - 1);
+}
+
+void FlushLines(const char* c, size_t bytes) {
   for (size_t off = 0; off < bytes; off += 64) _mm_clflush(c + off);
-  if (bytes > 0) _mm_clflush(c + bytes - 1);
+  _mm_clflush(c + bytes - 1);
+}
+
+}  // namespace
+
+void FlushFromCache(const void* p, size_t bytes) {
+  static const bool opt = HasClflushopt();
+  if (bytes == 0) return;
+  const auto* c = static_cast<const char*>(p);
+  if (opt) {
+    FlushLinesOpt(c, bytes);
+  } else {
+    FlushLines(c, bytes);
+  }
   _mm_mfence();
 }
 

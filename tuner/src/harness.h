@@ -49,8 +49,9 @@ class PackedWeightsCache {
   // weights as stored.
   StatusOr<const void*> Get(const Schedule& s, const OpKey& key, const void* weights, int64_t ld);
   // Before a timed call of a constant-weights key: packs s's weights if not yet done
-  // (never inside the timed call), then evicts them and the weights as stored from
-  // every cache level, so that the call reads its weights from memory, as a layer
+  // (never inside the timed call), then evicts what the call reads (the packed
+  // weights, or the weights as stored for a variant that does not pack) from every
+  // cache level, so that the call reads its weights from memory, as a layer
   // does in serving, where the other layers' weights displace them between its calls
   // (bench_serving's plans rotate copies for the same reason). One copy of the
   // weights stays enough: a model's weights are far larger than the last-level cache.
@@ -72,7 +73,8 @@ class PackedWeightsCache {
   size_t packed_bytes_ = 0;
 };
 
-// Evicts [p, p + bytes) from every cache level (clflush per line, then a fence).
+// Evicts [p, p + bytes) from every cache level (clflushopt per line where the CPU
+// has it, else clflush; then a fence).
 void FlushFromCache(const void* p, size_t bytes);
 
 // The number of rotated copies of an operand set of `set_bytes` that cover

@@ -360,6 +360,7 @@ class TuneRun {
   Status MeasureDefault(size_t ki, KeyState& ks, KeySummary& sum) {
     const OpKey& key = ks.key;
     if (!ks.def) {
+      measurer_->CapCandidateTimeout(0);  // not the previous key's cap
       auto def = DefaultSchedule(key, device());
       if (def.ok()) {
         Report(ki, key, static_cast<int>(ks.trials.size()), 0, "default");
