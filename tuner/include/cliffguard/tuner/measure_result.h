@@ -19,9 +19,10 @@ struct MeasureResult {
   // How far the median moves within the measurement (ok only; 0: not known): half
   // the range of the medians of its interleaved rounds, or of four consecutive parts.
   double spread_us = 0;
-  // Those medians, in order (ok only): one per interleaved round, where the calls of
-  // the candidates alternate, so round r of two candidates measured together ran
-  // under the same conditions (the tuner's paired verdict, PairedVerdict).
+  // Those medians, in order (ok only): one per interleaved round (MeasureInterleaved,
+  // where the candidates' calls alternate, so round r of two candidates measured
+  // together ran under the same conditions: ComparePaired in tuner.h), or one per
+  // quarter of the calls (Measure).
   std::vector<double> round_us;
 };
 
