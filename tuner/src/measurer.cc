@@ -21,6 +21,7 @@
 #include "cliffguard/detail/logging.h"
 #include "harness.h"
 #include "sandbox.h"
+#include "stats.h"
 
 namespace cliffguard::tuner {
 namespace {
@@ -33,19 +34,6 @@ std::string OneLine(std::string s) {
     if (ch == '\n' || ch == '\r') ch = ' ';
   if (s.size() > 2000) s.resize(2000);
   return s;
-}
-
-// The q-quantile of sorted values (linear interpolation).
-double Quantile(const std::vector<double>& sorted, double q) {
-  const double pos = q * double(sorted.size() - 1);
-  const size_t lo = static_cast<size_t>(pos);
-  const size_t hi = std::min(lo + 1, sorted.size() - 1);
-  return sorted[lo] + (pos - double(lo)) * (sorted[hi] - sorted[lo]);
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return Quantile(v, 0.5);
 }
 
 // The timed calls of one candidate in one measurement (or round).

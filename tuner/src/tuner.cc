@@ -18,6 +18,7 @@
 #include "cliffguard/tuner/space.h"
 #include "cliffguard/tuner/strategy.h"
 #include "cliffguard/tuner/tuning_log.h"
+#include "stats.h"
 
 namespace cliffguard::tuner {
 
@@ -36,10 +37,7 @@ PairedComparison ComparePaired(const MeasureResult& a, const MeasureResult& b) {
     pc.a_faster += at[r] < bt[r];
   }
   pc.rounds = static_cast<int>(gains.size());
-  if (gains.empty()) return pc;
-  std::sort(gains.begin(), gains.end());
-  const size_t n = gains.size();
-  pc.median_gain = n % 2 ? gains[n / 2] : 0.5 * (gains[n / 2 - 1] + gains[n / 2]);
+  if (!gains.empty()) pc.median_gain = Median(std::move(gains));
   return pc;
 }
 
