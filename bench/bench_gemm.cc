@@ -3,6 +3,7 @@
 // threads, reported as GFLOP/s (counter "GFLOPS").
 //
 //   build-kern/bench/bench_gemm [--benchmark_filter=...] [--benchmark_min_time=0.3s]
+//       [--shape=M,N,K ...] [--bundle=t1.cgb,t2.cgb]
 //   build-kern/bench/bench_gemm --explore=M,N,K,THREADS[,TRIALS[,VARIANT]]  (schedule search)
 //
 // OpenBLAS runs the kernels of the host's vector ISA: main() re-executes this
@@ -11,6 +12,12 @@
 // 12's OpenBLAS runs its SSE3 kernels on a Xeon of family 6 model 207) and removes
 // OPENBLAS_L2_SIZE; the core OpenBLAS runs is printed (openblas_get_corename) and
 // stored in the benchmark context.
+//
+// --shape=M,N,K (repeatable) replaces the built-in shapes. --bundle= (or CG_BUNDLE)
+// adds a `tuned` row per shape and thread count that the bundles hit: the schedule a
+// Runtime with that thread budget resolves, run through its GemmPlan (the serving
+// path). Every row reports peak_fraction: GFLOP/s over the FMA peak of its thread
+// count, measured at start.
 //
 // Hand-picked schedules (kHandPicked below) were chosen with --explore: a seeded
 // random sample of the declared parameter space for the shape, best of 3 runs
@@ -37,6 +44,8 @@
 #include "bench_util.h"
 #include "cliffguard/device.h"
 #include "cliffguard/kernel.h"
+#include "cliffguard/log.h"
+#include "cliffguard/runtime.h"
 
 #ifdef CG_HAVE_OPENBLAS
 #include <cblas.h>
@@ -52,10 +61,13 @@ struct Shape {
   int64_t m, n, k;
 };
 
+std::vector<Shape> g_shapes;  // --shape=M,N,K; empty: BenchShapes()
+
 // 256^3, 1024^3, 2048^3 and the BERT-base GEMMs (tokens m, (n, k) in
-// {(768, 768), (3072, 768), (768, 3072)}).
+// {(768, 768), (3072, 768), (768, 3072)}), or the --shape list.
 const std::vector<Shape>& BenchShapes() {
   static const std::vector<Shape> shapes = [] {
+    if (!g_shapes.empty()) return g_shapes;
     std::vector<Shape> s = {{256, 256, 256}, {1024, 1024, 1024}, {2048, 2048, 2048}};
     for (int64_t m : {1, 16, 128, 384})
       for (auto nk : {std::pair<int64_t, int64_t>{768, 768}, {3072, 768}, {768, 3072}})
@@ -64,6 +76,9 @@ const std::vector<Shape>& BenchShapes() {
   }();
   return shapes;
 }
+
+std::vector<std::string> g_bundles;
+std::vector<std::unique_ptr<Runtime>> g_runtimes;  // index threads - 1; kept alive for the plans
 
 // Hand-picked schedules, keyed by (m, n, k, threads). Parameter order:
 // mc kc nc par threads unroll_k prefetch pack_a pack_b.
@@ -198,6 +213,43 @@ void BenchSchedule(benchmark::State& state, Shape s, Schedule sched) {
   SetFlops(state, s, ProcessCpuSeconds() - cpu0, sched.params[sched.variant->ParamIndex("threads")]);
 }
 
+// A bundle's entry through the runtime's plan (dispatch included, as served).
+void BenchTuned(benchmark::State& state, Shape s, Runtime* rt) {
+  Operands ops(s);
+  auto plan = rt->PlanGemm(OpKey::Gemm(s.m, s.n, s.k));
+  if (!plan.ok()) return state.SkipWithError(plan.status().ToString().c_str());
+  state.SetLabel(plan->schedule().ToString());
+  const double cpu0 = ProcessCpuSeconds();
+  for (auto _ : state) {
+    Status st = plan->Run(ops.a.data(), s.k, ops.b.data(), s.n, ops.c.data(), s.n);
+    if (!st.ok()) {
+      state.SkipWithError(st.ToString().c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(ops.c.data());
+    benchmark::ClobberMemory();
+  }
+  SetFlops(state, s, ProcessCpuSeconds() - cpu0, rt->device().threads);
+}
+
+// Runtimes for 1 and 2 threads with every --bundle loaded (none without bundles).
+void LoadBundles() {
+  if (g_bundles.empty()) return;
+  for (int threads : {1, 2}) {
+    auto rt = Runtime::Create(RuntimeOptions{.threads = threads, .miss_report_path = "", .warn_on_miss = false});
+    if (!rt.ok()) {
+      std::fprintf(stderr, "runtime (threads=%d): %s\n", threads, rt.status().ToString().c_str());
+      std::exit(2);
+    }
+    for (const auto& b : g_bundles)
+      if (auto rep = (*rt)->LoadBundleFile(b); !rep.ok()) {
+        std::fprintf(stderr, "bundle %s: %s\n", b.c_str(), rep.status().ToString().c_str());
+        std::exit(2);
+      }
+    g_runtimes.push_back(std::move(*rt));
+  }
+}
+
 #ifdef CG_HAVE_OPENBLAS
 void BenchOpenBlas(benchmark::State& state, Shape s, int threads) {
   Operands ops(s);
@@ -225,6 +277,17 @@ void RegisterAll() {
         benchmark::RegisterBenchmark(("gemm_f32/" + shape + "/default").c_str(), BenchSchedule, s, *def)
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
+      }
+      if (size_t(threads) <= g_runtimes.size()) {
+        Runtime* rt = g_runtimes[size_t(threads) - 1].get();
+        if (auto res = rt->Resolve(key); res.ok() && res->hit) {
+          benchmark::RegisterBenchmark(("gemm_f32/" + shape + "/tuned").c_str(), BenchTuned, s, rt)
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
+        } else {
+          std::fprintf(stderr, "no tuned entry for %s at threads=%d in the given bundles\n", key.ToString().c_str(),
+                       threads);
+        }
       }
       if (auto sched = FindHandPick(s, threads, key, device); sched.ok()) {
         benchmark::RegisterBenchmark(("gemm_f32/" + shape + "/hand").c_str(), BenchSchedule, s, *sched)
@@ -333,8 +396,26 @@ int main(int argc, char** argv) {
       for (int j = i + 1; j < argc; ++j) cliffguard::g_explicit.emplace_back(argv[j]);
       return cliffguard::Explore(argv[i] + 10);
     }
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    if (cliffguard::bench::ParseBundleFlag(argv[i], cliffguard::g_bundles)) continue;
+    if (std::strncmp(argv[i], "--shape=", 8) == 0) {
+      long m = 0, n = 0, k = 0;
+      char tail = 0;
+      if (std::sscanf(argv[i] + 8, "%ld,%ld,%ld%c", &m, &n, &k, &tail) != 3 || m < 1 || n < 1 || k < 1) {
+        std::fprintf(stderr, "--shape: '%s' is not M,N,K with three positive integers\n", argv[i] + 8);
+        return 2;
+      }
+      cliffguard::g_shapes.push_back({m, n, k});
+      continue;
+    }
+    rest.push_back(argv[i]);
+  }
+  if (const char* env = std::getenv("CG_BUNDLE")) cliffguard::bench::SplitInto(env, cliffguard::g_bundles);
+  cliffguard::SetLogLevel(cliffguard::LogLevel::kError);
+  cliffguard::LoadBundles();
 #ifdef CG_HAVE_OPENBLAS
-  std::printf("OpenBLAS core: %s (%s)\n", openblas_get_corename(), openblas_get_config());
+  std::fprintf(stderr, "OpenBLAS core: %s (%s)\n", openblas_get_corename(), openblas_get_config());
   benchmark::AddCustomContext("openblas_core", openblas_get_corename());
 #endif
   const cliffguard::DeviceInfo host = cliffguard::HostCpuDevice();
@@ -344,8 +425,9 @@ int main(int argc, char** argv) {
       cliffguard::g_peak[t] = cliffguard::bench::MeasureFmaPeak(t);
       benchmark::AddCustomContext(fmt::format("fma_peak_gflops_{}t", t), fmt::format("{:.1f}", cliffguard::g_peak[t]));
     }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  int rc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rc, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(rc, rest.data())) return 1;
   cliffguard::RegisterAll();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
