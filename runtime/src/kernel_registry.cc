@@ -144,10 +144,9 @@ Schedule VariantDefaultSchedule(const KernelVariant& v, const OpKey& key, const 
 StatusOr<Schedule> DefaultSchedule(const OpKey& key, const DeviceInfo& device) {
   CG_RETURN_IF_ERROR(key.Validate());
   std::string reasons;
-  const uint8_t cls = static_cast<uint8_t>(1u << static_cast<unsigned>(ShapeClassOf(key)));
   for (const bool preferred : {true, false})
     for (const auto& v : AllKernelVariants()) {
-      if (preferred && !(v.default_for_classes & cls)) continue;
+      if (preferred && !(v.preferred_default && v.preferred_default(v, key, device))) continue;
       Status st = VariantSupports(v, key, device);
       if (st.ok()) {
         Schedule s = VariantDefaultSchedule(v, key, device);

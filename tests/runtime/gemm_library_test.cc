@@ -292,8 +292,8 @@ TEST(cpu_f32_gemm_openblas, ConcurrentCallers) {
 
 // ---- Their place in the table ----
 
-// After the project's own variants, before the portable reference: the built-in
-// default never picks a library variant.
+// After the project's own variants, before the portable reference; the built-in
+// default of skinny and small keys is never a library variant.
 TEST(CpuGemmTable, LibraryVariantsSitBeforeTheReference) {
   const auto all = cpu::CpuKernelVariants();
   std::vector<size_t> library;
@@ -304,22 +304,45 @@ TEST(CpuGemmTable, LibraryVariantsSitBeforeTheReference) {
   EXPECT_EQ(library.back() + 1, all.size() - 1);
   EXPECT_STREQ(all.back().name, "cpu_f32_gemm_4x4__scalar");
   for (size_t i = 0; i < library.size(); ++i) EXPECT_EQ(library[i], library[0] + i);
-  // Skinny and small keys default to the own kernels; large ones to OpenBLAS (the
-  // measured rule, cpu_kernels.cc), when this build has it.
   for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {1, 768, 768}, {64, 64, 64}, {33, 1, 7}})
-    for (int t = 0; t < 4; ++t) {
-      auto s = DefaultSchedule(OpKey::Gemm(m, n, k, t & 1, t >> 1), Host());
+    for (int t = 0; t < 8; ++t) {
+      OpKey key = OpKey::Gemm(m, n, k, t & 1, (t >> 1) & 1);
+      key.constant_weights = (t >> 2) != 0;
+      auto s = DefaultSchedule(key, Host());
       ASSERT_TRUE(s.ok());
       for (size_t i : library) EXPECT_STRNE(s->variant->name, all[i].name) << s->ToString();
     }
-  if (!FindKernelVariant("cpu_f32_gemm_openblas")) return;
-  for (int t = 0; t < 4; ++t) {
-    const OpKey large = OpKey::Gemm(128, 768, 768, t & 1, t >> 1);
-    ASSERT_EQ(ShapeClassOf(large), ShapeClass::kLarge);
-    auto s = DefaultSchedule(large, Host());
-    ASSERT_TRUE(s.ok());
-    EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_openblas") << s->ToString();
-  }
+}
+
+// The measured rule for large keys (cpu_kernels.cc, gemm_library.h): oneDNN's matmul
+// with its weights reordered once for constant-weights keys on an AVX-512 host where
+// it may use the thread budget; OpenBLAS for every other large key. Checked on the
+// host and on the same host seen as AVX2-only and with one thread.
+TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
+  const bool onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr;
+  const bool openblas = FindKernelVariant("cpu_f32_gemm_openblas") != nullptr;
+  if (!onednn && !openblas) GTEST_SKIP() << "this build has no library variants";
+  std::vector<DeviceInfo> devices{Host()};
+  DeviceInfo one = HostCpuDevice(1);
+  devices.push_back(one);
+  DeviceInfo avx2 = Host();
+  avx2.isa &= ~uint32_t{kIsaAvx512};
+  devices.push_back(avx2);
+  for (const DeviceInfo& d : devices)
+    for (int t = 0; t < 8; ++t) {
+      OpKey key = OpKey::Gemm(128, 768, 768, t & 1, (t >> 1) & 1);
+      key.constant_weights = (t >> 2) != 0;
+      ASSERT_EQ(ShapeClassOf(key), ShapeClass::kLarge);
+      auto s = DefaultSchedule(key, d);
+      ASSERT_TRUE(s.ok());
+      const bool want_onednn = onednn && key.constant_weights && (d.isa & kIsaAvx512) &&
+                               (d.threads == 1 || testing::OmpWaitsPassively());
+      const char* want = want_onednn ? "cpu_f32_gemm_onednn" : openblas ? "cpu_f32_gemm_openblas" : nullptr;
+      if (!want) continue;  // oneDNN only, and not preferred here: the own kernels
+      SCOPED_TRACE(fmt::format("{} on {} (isa {}, {} threads)", key.ToString(), d.fingerprint, d.isa, d.threads));
+      EXPECT_STREQ(s->variant->name, want) << s->ToString();
+      if (want_onednn) EXPECT_EQ(s->params[s->variant->ParamIndex("reorder_b")], 1) << s->ToString();
+    }
 }
 
 }  // namespace

@@ -223,10 +223,11 @@ struct KernelVariant {
   // them runs a constant-weights plan from a dense copy of the weights.
   PackedWeightsBytesFn packed_weights_bytes = nullptr;
   PackWeightsFn pack_weights = nullptr;
-  // Shape classes (bit 1 << ShapeClass) for which this variant is the preferred
-  // built-in default: DefaultSchedule tries such variants first, in table order,
-  // then every variant in table order. 0: table order only.
-  uint8_t default_for_classes = 0;
+  // Whether this variant is the preferred built-in default for the key on this
+  // device (a rule measured per shape class and host: bench/RESULTS.md, "Built-in
+  // default per shape class"): DefaultSchedule tries such variants first, in table
+  // order, then every variant in table order. nullptr: table order only.
+  bool (*preferred_default)(const KernelVariant& self, const OpKey& key, const DeviceInfo& device) = nullptr;
   RedundantFn redundant = nullptr;  // optional: points the search skips
 
   int ParamIndex(std::string_view param_name) const;  // -1 when absent
@@ -279,7 +280,7 @@ Status CheckSchedule(const Schedule& s, const OpKey& key, const DeviceInfo& devi
 Schedule VariantDefaultSchedule(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 
 // The built-in global default for a key: the first variant in AllKernelVariants()
-// that prefers the key's shape class (default_for_classes) and supports it, else the
+// whose preferred_default() holds for the key and device and that supports it, else the
 // first that supports it, with VariantDefaultSchedule. Always resolves for a valid
 // key on its backend (the portable reference goes last).
 StatusOr<Schedule> DefaultSchedule(const OpKey& key, const DeviceInfo& device);

@@ -53,7 +53,6 @@ Status GemmPackWeights(const KernelVariant& self, const OpKey& key, const ParamV
   return Status::Ok();
 }
 
-constexpr uint8_t kDefaultForLarge = 1u << static_cast<unsigned>(ShapeClass::kLarge);
 
 // The own vector variants propose their fitted default per key, so that the tuner
 // measures it first: where a library is the built-in default (large keys), the
@@ -131,15 +130,12 @@ std::span<const KernelVariant> CpuKernelVariants() {
 #ifdef CLIFFGUARD_WITH_ONEDNN
       {"cpu_f32_gemm_onednn", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaAvx2, kOnednnSpecs, nullptr,
        &OnednnCheck, &OnednnFitDefaults, {.gemm = &OnednnGemm}, {.gemm = {1, 1}}, &OnednnCandidates, nullptr,
-       &OnednnPackedWeightsBytes, &OnednnPackWeights},
+       &OnednnPackedWeightsBytes, &OnednnPackWeights, &OnednnPreferredDefault},
 #endif
 #ifdef CLIFFGUARD_WITH_OPENBLAS
-      // The built-in default of large keys: measured 1.00-1.28x the own packed
-      // default across the serving shapes of that class (bench/RESULTS.md, "Built-in
-      // default per shape class"); skinny and small keys keep the own kernels.
       {"cpu_f32_gemm_openblas", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaAvx2, kOpenblasSpecs,
        &OpenblasSupports, &OpenblasCheck, &OpenblasFitDefaults, {.gemm = &OpenblasGemm}, {.gemm = {1, 1}},
-       &OpenblasCandidates, nullptr, nullptr, nullptr, kDefaultForLarge},
+       &OpenblasCandidates, nullptr, nullptr, nullptr, &OpenblasPreferredDefault},
 #endif
   }};
   static constexpr auto kVariants = BeforeLast(kOwn, kLibrary);

@@ -3,8 +3,9 @@
 // (cpu_f32_gemm_openblas, gemm_openblas.cc). Each is built only when its library is
 // found at configure time (CLIFFGUARD_WITH_ONEDNN, CLIFFGUARD_WITH_OPENBLAS; see
 // cmake/CliffguardLibraries.cmake). They sit in CpuKernelVariants() after the
-// project's own AVX-512/AVX2 variants and before the portable reference, so the
-// built-in default never picks them; the tuner searches them like any variant.
+// project's own AVX-512/AVX2 variants and before the portable reference: the
+// built-in default picks one only where its preferred_default() rule holds (large
+// keys); the tuner searches them like any variant.
 //
 // Both declare isa = kIsaAvx2: the libraries dispatch on the host themselves, and a
 // host below AVX2 keeps the portable reference as its only variant.
@@ -77,8 +78,14 @@ Status OnednnGemm(const KernelVariant& self, const GemmArgs& args, const ParamVa
 // check(): threads <= device.threads; threads > 1 only with passive OpenMP waiting.
 Status OnednnCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
 // fit_defaults(): threads from the shape's work (as the project's own variants),
-// 1 without passive OpenMP waiting.
+// 1 without passive OpenMP waiting; reorder_b = 1 for constant weights (reordered
+// once, by the plan), else 0.
 void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
+// preferred_default(): large constant-weights keys on an AVX-512 host, where oneDNN
+// may use the thread budget (one thread, or passive OpenMP waiting): measured ahead
+// of OpenBLAS and the own kernels there (bench/RESULTS.md, "Built-in default per
+// shape class"), so it is the built-in default of those keys.
+bool OnednnPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 // candidates: every (threads, reorder_b) pair check() accepts, the fitted threads
 // first, so the tuner measures each library schedule beside its own search.
 std::vector<ParamValues> OnednnCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
@@ -121,6 +128,10 @@ const char* OpenblasCoreTypeFor(uint32_t isa);
 Status OpenblasCoreFits(const KernelVariant& v, const char* core, uint32_t isa);
 Status OpenblasCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
 void OpenblasFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
+// preferred_default(): large keys (measured 1.00-1.28x the own packed default on an
+// AVX2 host; on an AVX-512 host oneDNN, ahead of it in the table, takes the
+// constant-weights ones it prefers).
+bool OpenblasPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 // candidates: every threads <= device.threads, the fitted one first.
 std::vector<ParamValues> OpenblasCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 #endif

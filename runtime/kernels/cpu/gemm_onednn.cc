@@ -179,6 +179,12 @@ Status OnednnCheck(const KernelVariant& v, const OpKey& /*key*/, const ParamValu
 
 void OnednnFitDefaults(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
   p[kOnednnThreads] = onednn::FittedThreads(key, device);
+  p[kOnednnReorderB] = key.constant_weights ? 1 : 0;
+}
+
+bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
+  return ShapeClassOf(key) == ShapeClass::kLarge && key.constant_weights && (device.isa & kIsaAvx512) != 0 &&
+         (device.threads == 1 || onednn::OmpWaitsPassively());
 }
 
 std::vector<ParamValues> OnednnCandidates(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {

@@ -144,6 +144,10 @@ void OpenblasFitDefaults(const KernelVariant& /*v*/, const OpKey& key, const Dev
   p[kOpenblasThreads] = ThreadsForWork(key, device);
 }
 
+bool OpenblasPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& /*device*/) {
+  return ShapeClassOf(key) == ShapeClass::kLarge;
+}
+
 std::vector<ParamValues> OpenblasCandidates(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
   std::vector<ParamValues> out;
   for (int32_t threads : LibraryThreadCandidates(key, device)) {

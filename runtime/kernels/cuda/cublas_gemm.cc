@@ -381,7 +381,7 @@ std::span<const KernelVariant> CublasGemmVariants() {
       v.candidates = &CublasLtCandidates;
       v.redundant = &CublasLtRedundant;
     } else {
-      v.default_for_classes = 0xff;
+      v.preferred_default = [](const KernelVariant&, const OpKey&, const DeviceInfo&) { return true; };
     }
     return v;
   };
