@@ -53,7 +53,6 @@ Status GemmPackWeights(const KernelVariant& self, const OpKey& key, const ParamV
   return Status::Ok();
 }
 
-
 // The own vector variants propose their fitted default per key, so that the tuner
 // measures it first: where a library is the built-in default (large keys), the
 // search would otherwise find the own kernels' reasoned blocking only by chance
