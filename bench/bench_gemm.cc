@@ -196,21 +196,27 @@ void SetFlops(benchmark::State& state, const Shape& s, double cpu_seconds, int t
   state.counters["GFLOPS_cpu"] = cpu_seconds > 0 ? flops * 1e-9 / (cpu_seconds / threads) : 0.0;
 }
 
-void BenchSchedule(benchmark::State& state, Shape s, Schedule sched) {
-  Operands ops(s);
-  const GemmArgs args = ops.Args(s);
-  state.SetLabel(sched.ToString());
+// Times call() (a Status) on `threads` threads, with the shape's counters.
+template <class Call>
+void TimeCalls(benchmark::State& state, const Shape& s, const std::vector<float>& c, int threads, Call&& call) {
   const double cpu0 = ProcessCpuSeconds();
   for (auto _ : state) {
-    Status st = RunGemm(sched, args);
+    Status st = call();
     if (!st.ok()) {
       state.SkipWithError(st.ToString().c_str());
       break;
     }
-    benchmark::DoNotOptimize(ops.c.data());
+    benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
-  SetFlops(state, s, ProcessCpuSeconds() - cpu0, sched.params[sched.variant->ParamIndex("threads")]);
+  SetFlops(state, s, ProcessCpuSeconds() - cpu0, threads);
+}
+
+void BenchSchedule(benchmark::State& state, Shape s, Schedule sched) {
+  Operands ops(s);
+  const GemmArgs args = ops.Args(s);
+  state.SetLabel(sched.ToString());
+  TimeCalls(state, s, ops.c, int(sched.params[sched.variant->ParamIndex("threads")]), [&] { return RunGemm(sched, args); });
 }
 
 // A bundle's entry through the runtime's plan (dispatch included, as served).
@@ -219,17 +225,8 @@ void BenchTuned(benchmark::State& state, Shape s, Runtime* rt) {
   auto plan = rt->PlanGemm(OpKey::Gemm(s.m, s.n, s.k));
   if (!plan.ok()) return state.SkipWithError(plan.status().ToString().c_str());
   state.SetLabel(plan->schedule().ToString());
-  const double cpu0 = ProcessCpuSeconds();
-  for (auto _ : state) {
-    Status st = plan->Run(ops.a.data(), s.k, ops.b.data(), s.n, ops.c.data(), s.n);
-    if (!st.ok()) {
-      state.SkipWithError(st.ToString().c_str());
-      break;
-    }
-    benchmark::DoNotOptimize(ops.c.data());
-    benchmark::ClobberMemory();
-  }
-  SetFlops(state, s, ProcessCpuSeconds() - cpu0, rt->device().threads);
+  TimeCalls(state, s, ops.c, rt->device().threads,
+            [&] { return plan->Run(ops.a.data(), s.k, ops.b.data(), s.n, ops.c.data(), s.n); });
 }
 
 // Runtimes for 1 and 2 threads with every --bundle loaded (none without bundles).
