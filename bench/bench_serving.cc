@@ -9,15 +9,26 @@
 //
 //   build/bench/bench_serving [--bundle=a.cgb,b.cgb] [--benchmark_filter=...]
 //       [--benchmark_repetitions=5 --benchmark_enable_random_interleaving=true]
+//   build/bench/bench_serving --paired [--paired_rounds=15] [--paired_window_ms=20]
+//       [--paired_rows=default_packed,tuned_packed,onednn_matmul,openblas] [--bundle=...]
 //   build/bench/bench_serving --print_workload   (the shapes, as a `tune --workload` file)
 //
 // Rows: packed/ (the packed GEMM's default, m <= 16), default/ (the built-in default,
 // what a miss runs per call), default_packed/ (the same through a constant-weights
 // plan: B packed once), tuned/ and tuned_packed/ (the --bundle entries of the key
 // and of its weights=constant key, through plans), and the libraries.
-// With --bundle, the run ends with a verdict on stderr and exits 1 when a tuned row
-// is slower than its default row beyond the noise (max(2%, the mean half
-// interquartile range over the repetitions)).
+// With --bundle (or CG_BUNDLE), the run ends with a verdict on stderr and exits 1
+// when a tuned row is slower than its default row beyond the noise (max(2%, the mean
+// half interquartile range over the repetitions)).
+//
+// --paired: one benchmark per shape and thread count (paired/...) builds its rows
+// once and times them in alternation: per round, in a random order, each row runs
+// an untimed call and then calls for at least the window; counters <row>_us (the
+// median over the rounds of the row's mean call time) and <row>_spread (half the
+// interquartile range over the median). A host whose speed drifts over minutes
+// slows every row of a round alike, where repetitions of separate rows run minutes
+// apart. Its verdict compares the per-round ratio of tuned to default: slower
+// beyond the noise when its median exceeds 1 + max(2%, its half interquartile range).
 //
 // Operands rotate over copies covering 2x the last-level cache (weights are not
 // found in cache from the previous call, as in serving). Shapes (name layout m n k):
@@ -28,13 +39,16 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <span>
 #include <string_view>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -113,151 +127,319 @@ Runtime* RuntimeFor(int threads, bool with_bundles = true) {
   return g_runtimes.back().get();
 }
 
-// Serves a key through constant-weight plans, one per rotated copy of the operands
+// Whether the --bundle files hold the key for a runtime of `threads`.
+bool BundleHits(int threads, const OpKey& key) {
+  Runtime* rt = g_bundles.empty() ? nullptr : RuntimeFor(threads);
+  if (!rt) return false;
+  auto res = rt->Resolve(key);
+  return res.ok() && res->hit;
+}
+
+// What one row runs: call(i) serves the i-th call of the shape on its own rotated
+// operands (state owns them and any packed weights); enter() and leave() bracket a
+// run of calls (a library's thread count).
+struct Contender {
+  std::string label;  // the schedule or library setting it runs
+  std::function<Status(size_t)> call;
+  std::function<void()> enter = [] {}, leave = [] {};
+  std::shared_ptr<void> state;
+};
+
+// A row's contender for (shape, key, device, threads); an error when it cannot run here.
+using ContenderMaker = std::function<StatusOr<Contender>(const Shape&, const OpKey&, const DeviceInfo&, int)>;
+
+// One schedule through RunGemm.
+Contender ScheduleContender(const Shape& s, const OpKey& key, const DeviceInfo& device, const Schedule& sched) {
+  auto ops = std::make_shared<bench::RotatedOperands>(s.m, s.n, s.k, CoverBytes(device));
+  return {sched.ToString(), [ops, key, sched](size_t i) {
+            auto& x = ops->sets[i % ops->sets.size()];
+            return RunGemm(sched, DenseGemmArgs(key, x.a.data(), x.b.data(), x.c.data()));
+          },
+          [] {}, [] {}, ops};
+}
+
+// A key served through constant-weights plans, one per rotated copy of the operands
 // (each with its own packed weights, so weights are cold as between layers).
-void TimePackedPlans(benchmark::State& st, Runtime& rt, const Shape& s, const OpKey& key, const DeviceInfo& device) {
-  bench::RotatedOperands ops(s.m, s.n, s.k, CoverBytes(device));
-  std::vector<GemmPlan> plans;
+StatusOr<Contender> PlansContender(Runtime* rt, const Shape& s, const OpKey& key, const DeviceInfo& device) {
+  if (!rt) return Status(StatusCode::kInternal, "cannot create a runtime");
+  struct State {
+    bench::RotatedOperands ops;
+    std::vector<GemmPlan> plans;
+  };
+  auto st = std::make_shared<State>(State{bench::RotatedOperands(s.m, s.n, s.k, CoverBytes(device)), {}});
   const int64_t ldb = key.trans_b ? s.k : s.n;
-  for (auto& x : ops.sets) {
-    auto plan = rt.PlanGemm(key, x.b.data(), ldb);
-    if (!plan.ok()) return st.SkipWithError(plan.status().ToString().c_str());
-    plans.push_back(std::move(*plan));
+  for (auto& x : st->ops.sets) {
+    auto plan = rt->PlanGemm(key, x.b.data(), ldb);
+    if (!plan.ok()) return plan.status();
+    st->plans.push_back(std::move(*plan));
+    std::vector<float>().swap(x.b);  // the plan holds its own copy
   }
-  st.SetLabel(fmt::format("{}{}", plans[0].hit() ? "" : "miss: ", plans[0].schedule().ToString()));
+  const GemmPlan& p0 = st->plans[0];
+  return Contender{fmt::format("{}{}", p0.hit() ? "" : "miss: ", p0.schedule().ToString()),
+                   [st, s](size_t i) {
+                     auto& x = st->ops.sets[i % st->ops.sets.size()];
+                     return st->plans[i % st->plans.size()].Run(x.a.data(), s.k, x.c.data(), s.n);
+                   },
+                   [] {}, [] {}, st};
+}
+
+// The rows, by name: what a miss runs and what the tuned bundle serves (per call and
+// with packed weights), and the libraries a user would call instead.
+const std::vector<std::pair<std::string, ContenderMaker>>& Rows() {
+  static const std::vector<std::pair<std::string, ContenderMaker>> rows = {
+      // The packed GEMM's default (what a miss ran before the small-m kernels), m <= 16.
+      {"packed",
+       [](const Shape& s, const OpKey& key, const DeviceInfo& device, int) -> StatusOr<Contender> {
+         for (const auto& v : AllKernelVariants())
+           if (std::string_view(v.name).find("_gemm_") != std::string_view::npos && VariantSupports(v, key, device).ok())
+             return ScheduleContender(s, key, device, VariantDefaultSchedule(v, key, device));
+         return Status(StatusCode::kNotFound, "no packed variant");
+       }},
+      {"default",
+       [](const Shape& s, const OpKey& key, const DeviceInfo& device, int) -> StatusOr<Contender> {
+         auto sched = DefaultSchedule(key, device);
+         if (!sched.ok()) return sched.status();
+         return ScheduleContender(s, key, device, *sched);
+       }},
+      {"default_packed",
+       [](const Shape& s, const OpKey& key, const DeviceInfo& device, int threads) {
+         return PlansContender(RuntimeFor(threads, false), s, key, device);
+       }},
+      {"tuned_packed",
+       [](const Shape& s, const OpKey& key, const DeviceInfo& device, int threads) -> StatusOr<Contender> {
+         OpKey packed_key = key;
+         packed_key.constant_weights = true;
+         if (!BundleHits(threads, packed_key)) return Status(StatusCode::kNotFound, "no bundle entry");
+         return PlansContender(RuntimeFor(threads), s, key, device);
+       }},
+      {"tuned",
+       [](const Shape& s, const OpKey& key, const DeviceInfo& device, int threads) -> StatusOr<Contender> {
+         if (!BundleHits(threads, key)) return Status(StatusCode::kNotFound, "no bundle entry");
+         auto plan = RuntimeFor(threads)->PlanGemm(key);
+         if (!plan.ok()) return plan.status();
+         struct State {
+           bench::RotatedOperands ops;
+           GemmPlan plan;
+         };
+         auto st = std::make_shared<State>(State{bench::RotatedOperands(s.m, s.n, s.k, CoverBytes(device)), std::move(*plan)});
+         const int64_t ldb = key.trans_b ? s.k : s.n;
+         return Contender{st->plan.schedule().ToString(),
+                          [st, s, ldb](size_t i) {
+                            auto& x = st->ops.sets[i % st->ops.sets.size()];
+                            return st->plan.Run(x.a.data(), s.k, x.b.data(), ldb, x.c.data(), s.n);
+                          },
+                          [] {}, [] {}, st};
+       }},
+#ifdef CG_HAVE_ONEDNN
+      {"onednn_sgemm",
+       [](const Shape& s, const OpKey& key, const DeviceInfo& device, int threads) -> StatusOr<Contender> {
+         auto ops = std::make_shared<bench::RotatedOperands>(s.m, s.n, s.k, CoverBytes(device));
+         const bool nt = key.trans_b;
+         return Contender{"dnnl_sgemm",
+                          [ops, s, nt](size_t i) {
+                            auto& x = ops->sets[i % ops->sets.size()];
+                            dnnl_sgemm('N', nt ? 'T' : 'N', s.m, s.n, s.k, 1.0f, x.a.data(), s.k, x.b.data(),
+                                       nt ? s.k : s.n, 0.0f, x.c.data(), s.n);
+                            return Status::Ok();
+                          },
+                          [threads] { omp_set_num_threads(threads); }, [] {}, ops};
+       }},
+      // The matmul primitive with its weights reordered once per copy, as a serving
+      // stack runs it.
+      {"onednn_matmul",
+       [](const Shape& s, const OpKey& key, const DeviceInfo& device, int threads) -> StatusOr<Contender> {
+         using dnnl::memory;
+         omp_set_num_threads(threads);
+         struct State {
+           dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+           dnnl::stream strm{eng};
+           memory::desc a_md, c_md;
+           dnnl::matmul mm;
+           bench::RotatedOperands ops;
+           std::vector<memory> weights;
+         };
+         const memory::desc a_md({s.m, s.k}, memory::data_type::f32, memory::format_tag::ab);
+         const memory::desc b_user({s.k, s.n}, memory::data_type::f32,
+                                   key.trans_b ? memory::format_tag::ba : memory::format_tag::ab);
+         const memory::desc b_any({s.k, s.n}, memory::data_type::f32, memory::format_tag::any);
+         const memory::desc c_md({s.m, s.n}, memory::data_type::f32, memory::format_tag::ab);
+         auto st = std::make_shared<State>(State{.a_md = a_md, .c_md = c_md,
+                                                 .ops = bench::RotatedOperands(s.m, s.n, s.k, CoverBytes(device))});
+         const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_any, c_md), st->eng);
+         st->mm = dnnl::matmul(pd);
+         for (auto& x : st->ops.sets) {
+           memory user(b_user, st->eng, x.b.data());
+           memory packed(pd.weights_desc(), st->eng);
+           dnnl::reorder(user, packed).execute(st->strm, user, packed);
+           st->weights.push_back(packed);
+         }
+         st->strm.wait();
+         for (auto& x : st->ops.sets) std::vector<float>().swap(x.b);
+         return Contender{fmt::format("weights {}", pd.weights_desc() == b_user ? "as given" : "reordered once"),
+                          [st](size_t i) {
+                            auto& x = st->ops.sets[i % st->ops.sets.size()];
+                            memory a(st->a_md, st->eng, x.a.data()), c(st->c_md, st->eng, x.c.data());
+                            st->mm.execute(st->strm, {{DNNL_ARG_SRC, a},
+                                                      {DNNL_ARG_WEIGHTS, st->weights[i % st->weights.size()]},
+                                                      {DNNL_ARG_DST, c}});
+                            st->strm.wait();
+                            return Status::Ok();
+                          },
+                          [threads] { omp_set_num_threads(threads); }, [] {}, st};
+       }},
+#endif
+#ifdef CG_HAVE_OPENBLAS
+      {"openblas",
+       [](const Shape& s, const OpKey& key, const DeviceInfo& device, int threads) -> StatusOr<Contender> {
+         auto ops = std::make_shared<bench::RotatedOperands>(s.m, s.n, s.k, CoverBytes(device));
+         const bool nt = key.trans_b;
+         return Contender{openblas_get_corename(),
+                          [ops, s, nt](size_t i) {
+                            auto& x = ops->sets[i % ops->sets.size()];
+                            cblas_sgemm(CblasRowMajor, CblasNoTrans, nt ? CblasTrans : CblasNoTrans, s.m, s.n, s.k,
+                                        1.0f, x.a.data(), s.k, x.b.data(), nt ? s.k : s.n, 0.0f, x.c.data(), s.n);
+                            return Status::Ok();
+                          },
+                          [threads] { openblas_set_num_threads(threads); },
+                          [] { openblas_set_num_threads(1); },  // as the runtime's OpenBLAS variant expects it
+                          ops};
+       }},
+#endif
+  };
+  return rows;
+}
+
+const ContenderMaker* RowMaker(std::string_view name) {
+  for (const auto& [n, make] : Rows())
+    if (n == name) return &make;
+  return nullptr;
+}
+
+// A row: one contender timed by Google Benchmark (repetitions interleave rows).
+void TimeRow(benchmark::State& st, const Shape& s, const OpKey& key, const DeviceInfo& device, int threads,
+             const ContenderMaker& make) {
+  auto c = make(s, key, device, threads);
+  if (!c.ok()) return st.SkipWithError(c.status().ToString().c_str());
+  st.SetLabel(c->label);
+  c->enter();
   size_t i = 0;
   for (auto _ : st) {
-    auto& x = ops.sets[i % ops.sets.size()];
-    Status ok = plans[i % plans.size()].Run(x.a.data(), s.k, x.c.data(), s.n);
-    if (!ok.ok()) return st.SkipWithError(ok.ToString().c_str());
-    ++i;
+    Status ok = c->call(i++);
+    if (!ok.ok()) {
+      st.SkipWithError(ok.ToString().c_str());
+      break;
+    }
   }
+  c->leave();
   SetCounters(st, s);
 }
 
-// Times one schedule through RunGemm on rotated operands.
-void TimeSchedule(benchmark::State& st, const Shape& s, const OpKey& key, const DeviceInfo& device, const Schedule& sched) {
-  st.SetLabel(sched.ToString());
-  bench::RotatedOperands ops(s.m, s.n, s.k, CoverBytes(device));
+// --paired: the rows of one shape built once and timed in alternation, so that a
+// host whose speed drifts over minutes slows every row alike. Per round, in a fresh
+// random order, each row runs one untimed call (its threads wake) and then calls for
+// at least g_window_s; the row's time in that round is their mean.
+std::vector<std::string> g_paired_rows = {"default_packed", "tuned_packed", "onednn_matmul", "openblas"};
+int g_rounds = 15;
+double g_window_s = 0.02;
+std::vector<std::string> g_paired_slower;  // verdict lines: tuned slower than default beyond noise
+int g_paired_compared = 0, g_paired_same = 0;
+
+double Quantile(std::vector<double> v, double f) {
+  std::sort(v.begin(), v.end());
+  const double pos = f * double(v.size() - 1);
+  const size_t lo = size_t(pos), hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - double(lo)) * (v[hi] - v[lo]);
+}
+
+void TimePaired(benchmark::State& st, const Shape& s, const OpKey& key, const DeviceInfo& device, int threads,
+                const std::string& name) {
+  std::vector<std::pair<std::string, Contender>> rows;
+  for (const auto& row : g_paired_rows) {
+    auto c = (*RowMaker(row))(s, key, device, threads);
+    if (c.ok()) rows.emplace_back(row, std::move(*c));
+  }
+  if (rows.empty()) return st.SkipWithError("no row runs here");
+  std::vector<std::vector<double>> secs(rows.size());
+  std::mt19937 rng(1);
+  std::vector<size_t> order(rows.size());
+  for (size_t j = 0; j < order.size(); ++j) order[j] = j;
   for (auto _ : st) {
-    auto& x = ops.Next();
-    Status ok = RunGemm(sched, DenseGemmArgs(key, x.a.data(), x.b.data(), x.c.data()));
-    if (!ok.ok()) return st.SkipWithError(ok.ToString().c_str());
+    for (int round = 0; round < g_rounds; ++round) {
+      std::shuffle(order.begin(), order.end(), rng);
+      for (size_t j : order) {
+        Contender& c = rows[j].second;
+        c.enter();
+        size_t i = size_t(round) * 1000003;
+        Status ok = c.call(i++);
+        int64_t calls = 0;
+        const auto t0 = std::chrono::steady_clock::now();
+        double elapsed = 0;
+        while (ok.ok() && (calls == 0 || elapsed < g_window_s)) {
+          ok = c.call(i++);
+          ++calls;
+          elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        }
+        c.leave();
+        if (!ok.ok()) return st.SkipWithError((rows[j].first + ": " + ok.ToString()).c_str());
+        secs[j].push_back(elapsed / double(calls));
+      }
+    }
   }
-  SetCounters(st, s);
+  std::string label;
+  for (size_t j = 0; j < rows.size(); ++j) {
+    const double med = Quantile(secs[j], 0.5);
+    st.counters[rows[j].first + "_us"] = med * 1e6;
+    st.counters[rows[j].first + "_spread"] = 0.5 * (Quantile(secs[j], 0.75) - Quantile(secs[j], 0.25)) / med;
+    label += fmt::format("{}{}={}", label.empty() ? "" : "; ", rows[j].first, rows[j].second.label);
+  }
+  st.SetLabel(label);
+  // The verdict of a tuned row against its default: the median and half interquartile
+  // range of their per-round ratio; slower beyond the noise when the median exceeds
+  // 1 + max(2%, that spread).
+  auto ran = [](const Contender& c) { return c.label.starts_with("miss: ") ? c.label.substr(6) : c.label; };
+  for (const auto& [tuned, def] : {std::pair<std::string, std::string>{"tuned_packed", "default_packed"}, {"tuned", "default"}}) {
+    auto find = [&](const std::string& n) {
+      for (size_t j = 0; j < rows.size(); ++j)
+        if (rows[j].first == n) return int(j);
+      return -1;
+    };
+    const int t = find(tuned), d = find(def);
+    if (t < 0 || d < 0) continue;
+    if (ran(rows[size_t(t)].second) == ran(rows[size_t(d)].second)) {
+      ++g_paired_same;
+      continue;
+    }
+    std::vector<double> ratio;
+    for (size_t r = 0; r < secs[size_t(t)].size(); ++r) ratio.push_back(secs[size_t(t)][r] / secs[size_t(d)][r]);
+    const double med = Quantile(ratio, 0.5), spread = 0.5 * (Quantile(ratio, 0.75) - Quantile(ratio, 0.25));
+    ++g_paired_compared;
+    if (med - 1 > std::max(0.02, spread))
+      g_paired_slower.push_back(fmt::format("SLOWER THAN DEFAULT: {} {}: {:.3f}x its time (+-{:.3f}), {} rounds",
+                                            name, tuned, med, spread, ratio.size()));
+  }
 }
 
-void RegisterShape(const Shape& s, bool nt, int threads) {
+void RegisterShape(const Shape& s, bool nt, int threads, bool paired) {
   const std::string suffix = fmt::format("{}/{}/m={}/n={}/k={}/threads:{}", s.group, nt ? "nt" : "nn", s.m, s.n, s.k, threads);
   const OpKey key = OpKey::Gemm(s.m, s.n, s.k, false, nt);
   const DeviceInfo device = HostCpuDevice(threads);
-
-  // The packed GEMM's default (what a miss ran before the small-m kernels) for m <= 16.
-  if (s.m <= 16)
-    benchmark::RegisterBenchmark(("packed/" + suffix).c_str(), [s, key, device](benchmark::State& st) {
-      const KernelVariant* packed = nullptr;
-      for (const auto& v : AllKernelVariants())
-        if (!packed && std::string_view(v.name).find("_gemm_") != std::string_view::npos && VariantSupports(v, key, device).ok())
-          packed = &v;
-      if (!packed) return st.SkipWithError("no packed variant");
-      TimeSchedule(st, s, key, device, VariantDefaultSchedule(*packed, key, device));
-    })->UseRealTime();
-
-  benchmark::RegisterBenchmark(("default/" + suffix).c_str(), [s, key, device](benchmark::State& st) {
-    auto sched = DefaultSchedule(key, device);
-    if (!sched.ok()) return st.SkipWithError(sched.status().ToString().c_str());
-    TimeSchedule(st, s, key, device, *sched);
-  })->UseRealTime();
-
-  benchmark::RegisterBenchmark(("default_packed/" + suffix).c_str(), [s, key, device, threads](benchmark::State& st) {
-    Runtime* rt = RuntimeFor(threads, false);
-    if (!rt) return st.SkipWithError("cannot create a runtime");
-    TimePackedPlans(st, *rt, s, key, device);
-  })->UseRealTime();
-
-  if (Runtime* rt = g_bundles.empty() ? nullptr : RuntimeFor(threads)) {
-    OpKey packed_key = key;
-    packed_key.constant_weights = true;
-    auto packed_res = rt->Resolve(packed_key);
-    if (packed_res.ok() && packed_res->hit)
-      benchmark::RegisterBenchmark(("tuned_packed/" + suffix).c_str(), [rt, s, key, device](benchmark::State& st) {
-        TimePackedPlans(st, *rt, s, key, device);
-      })->UseRealTime();
-    auto res = rt->Resolve(key);
-    if (res.ok() && res->hit)
-      benchmark::RegisterBenchmark(("tuned/" + suffix).c_str(), [rt, s, key, device](benchmark::State& st) {
-        auto plan = rt->PlanGemm(key);
-        if (!plan.ok()) return st.SkipWithError(plan.status().ToString().c_str());
-        st.SetLabel(plan->schedule().ToString());
-        bench::RotatedOperands ops(s.m, s.n, s.k, CoverBytes(device));
-        const int64_t ldb = key.trans_b ? s.k : s.n;
-        for (auto _ : st) {
-          auto& x = ops.Next();
-          Status ok = plan->Run(x.a.data(), s.k, x.b.data(), ldb, x.c.data(), s.n);
-          if (!ok.ok()) return st.SkipWithError(ok.ToString().c_str());
-        }
-        SetCounters(st, s);
-      })->UseRealTime();
+  if (paired) {
+    benchmark::RegisterBenchmark(("paired/" + suffix).c_str(), [s, key, device, threads, suffix](benchmark::State& st) {
+      TimePaired(st, s, key, device, threads, suffix);
+    })->Iterations(1)->UseRealTime();
+    return;
   }
-
-#ifdef CG_HAVE_ONEDNN
-  benchmark::RegisterBenchmark(("onednn_sgemm/" + suffix).c_str(), [s, nt, threads, device](benchmark::State& st) {
-    omp_set_num_threads(threads);
-    bench::RotatedOperands ops(s.m, s.n, s.k, CoverBytes(device));
-    for (auto _ : st) {
-      auto& x = ops.Next();
-      dnnl_sgemm('N', nt ? 'T' : 'N', s.m, s.n, s.k, 1.0f, x.a.data(), s.k, x.b.data(), nt ? s.k : s.n, 0.0f,
-                 x.c.data(), s.n);
+  for (const auto& [row, make] : Rows()) {
+    if (row == "packed" && s.m > 16) continue;
+    if (row.starts_with("tuned")) {  // only where the bundles hold the key
+      OpKey k = key;
+      k.constant_weights = row == "tuned_packed";
+      if (!BundleHits(threads, k)) continue;
     }
-    SetCounters(st, s);
-  })->UseRealTime();
-  benchmark::RegisterBenchmark(("onednn_matmul/" + suffix).c_str(), [s, nt, threads, device](benchmark::State& st) {
-    using dnnl::memory;
-    omp_set_num_threads(threads);
-    dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-    dnnl::stream strm(eng);
-    const memory::desc a_md({s.m, s.k}, memory::data_type::f32, memory::format_tag::ab);
-    const memory::desc b_user({s.k, s.n}, memory::data_type::f32, nt ? memory::format_tag::ba : memory::format_tag::ab);
-    const memory::desc b_any({s.k, s.n}, memory::data_type::f32, memory::format_tag::any);
-    const memory::desc c_md({s.m, s.n}, memory::data_type::f32, memory::format_tag::ab);
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_any, c_md), eng);
-    const dnnl::matmul mm(pd);
-    bench::RotatedOperands ops(s.m, s.n, s.k, CoverBytes(device));
-    std::vector<memory> weights;  // reordered once per copy: the serving path's constant weights
-    for (auto& x : ops.sets) {
-      memory user(b_user, eng, x.b.data());
-      memory packed(pd.weights_desc(), eng);
-      dnnl::reorder(user, packed).execute(strm, user, packed);
-      weights.push_back(packed);
-    }
-    strm.wait();
-    st.SetLabel(fmt::format("weights {}", pd.weights_desc() == b_user ? "as given" : "reordered once"));
-    size_t i = 0;
-    for (auto _ : st) {
-      auto& x = ops.sets[i % ops.sets.size()];
-      memory a(a_md, eng, x.a.data()), c(c_md, eng, x.c.data());
-      mm.execute(strm, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, weights[i % weights.size()]}, {DNNL_ARG_DST, c}});
-      strm.wait();
-      ++i;
-    }
-    SetCounters(st, s);
-  })->UseRealTime();
-#endif
-
-#ifdef CG_HAVE_OPENBLAS
-  benchmark::RegisterBenchmark(("openblas/" + suffix).c_str(), [s, nt, threads, device](benchmark::State& st) {
-    openblas_set_num_threads(threads);
-    st.SetLabel(openblas_get_corename());
-    bench::RotatedOperands ops(s.m, s.n, s.k, CoverBytes(device));
-    for (auto _ : st) {
-      auto& x = ops.Next();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, nt ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f, x.a.data(), s.k,
-                  x.b.data(), nt ? s.k : s.n, 0.0f, x.c.data(), s.n);
-    }
-    SetCounters(st, s);
-    openblas_set_num_threads(1);  // as the runtime's OpenBLAS variant expects it
-  })->UseRealTime();
-#endif
+    benchmark::RegisterBenchmark((row + "/" + suffix).c_str(), [s, key, device, threads, &make](benchmark::State& st) {
+      TimeRow(st, s, key, device, threads, make);
+    })->UseRealTime();
+  }
 }
 
 // Runs fn(t) on `threads` threads (the caller is thread 0) and joins them.
@@ -400,14 +582,14 @@ class VerdictReporter final : public benchmark::BenchmarkReporter {
   std::map<std::string, std::string> labels_;  // the schedule each row ran
 };
 
-void RegisterAll() {
+void RegisterAll(bool paired) {
   if (HostCpuDevice().isa & kIsaAvx2) {
     benchmark::RegisterBenchmark("BM_read_bandwidth", BM_read_bandwidth)->Arg(1)->Arg(2)->UseRealTime();
     benchmark::RegisterBenchmark("BM_fma_peak", BM_fma_peak)->Arg(1)->Arg(2)->UseRealTime();
   }
   for (const Shape& s : Shapes())
     for (bool nt : {false, true})
-      for (int threads : {1, 2}) RegisterShape(s, nt, threads);
+      for (int threads : {1, 2}) RegisterShape(s, nt, threads, paired);
 }
 
 }  // namespace
@@ -417,10 +599,11 @@ int main(int argc, char** argv) {
   cliffguard::bench::ReexecWithLibraryEnvironment(argv);
   cliffguard::SetLogLevel(cliffguard::LogLevel::kError);
   std::vector<char*> rest;
-  bool json = false;
+  bool json = false, paired = false;
   for (int i = 0; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--benchmark_format=json") == 0) json = true;
-    if (std::strcmp(argv[i], "--print_workload") == 0) {  // the shapes as a tuner workload (constant weights)
+    const std::string_view arg = argv[i];
+    if (arg == "--benchmark_format=json") json = true;
+    if (arg == "--print_workload") {  // the shapes as a tuner workload (constant weights)
       for (const auto& s : cliffguard::Shapes())
         for (bool nt : {false, true}) {
           cliffguard::OpKey key = cliffguard::OpKey::Gemm(s.m, s.n, s.k, false, nt);
@@ -429,18 +612,26 @@ int main(int argc, char** argv) {
         }
       return 0;
     }
-    if (std::strncmp(argv[i], "--bundle=", 9) == 0) {
-      std::string list = argv[i] + 9;
-      for (size_t pos = 0; pos <= list.size();) {
-        size_t comma = list.find(',', pos);
-        if (comma == std::string::npos) comma = list.size();
-        if (comma > pos) cliffguard::g_bundles.push_back(list.substr(pos, comma - pos));
-        pos = comma + 1;
-      }
+    if (cliffguard::bench::ParseBundleFlag(argv[i], cliffguard::g_bundles)) continue;
+    if (arg == "--paired") {
+      paired = true;
+    } else if (arg.starts_with("--paired_rounds=")) {
+      cliffguard::g_rounds = std::atoi(argv[i] + 16);
+      if (cliffguard::g_rounds < 1) return std::fprintf(stderr, "--paired_rounds=%s: must be at least 1\n", argv[i] + 16), 2;
+    } else if (arg.starts_with("--paired_window_ms=")) {
+      cliffguard::g_window_s = std::atof(argv[i] + 19) * 1e-3;
+      if (!(cliffguard::g_window_s > 0))
+        return std::fprintf(stderr, "--paired_window_ms=%s: must be a positive number\n", argv[i] + 19), 2;
+    } else if (arg.starts_with("--paired_rows=")) {
+      cliffguard::g_paired_rows.clear();
+      cliffguard::bench::SplitInto(argv[i] + 14, cliffguard::g_paired_rows);
+      for (const auto& r : cliffguard::g_paired_rows)
+        if (!cliffguard::RowMaker(r)) return std::fprintf(stderr, "--paired_rows: unknown row '%s'\n", r.c_str()), 2;
     } else {
       rest.push_back(argv[i]);
     }
   }
+  cliffguard::bench::AddEnvironmentBundles(cliffguard::g_bundles);
   int rc = static_cast<int>(rest.size());
   benchmark::Initialize(&rc, rest.data());
 #ifdef CG_HAVE_OPENBLAS
@@ -448,7 +639,7 @@ int main(int argc, char** argv) {
 #endif
   const cliffguard::DeviceInfo host = cliffguard::HostCpuDevice();
   benchmark::AddCustomContext("cliffguard_device", host.fingerprint + " " + host.name);
-  cliffguard::RegisterAll();
+  cliffguard::RegisterAll(paired);
   std::unique_ptr<benchmark::BenchmarkReporter> display;
   if (json)
     display = std::make_unique<benchmark::JSONReporter>();
@@ -458,5 +649,12 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   // With bundles: fail loudly when a shipped entry serves slower than its default.
-  return !cliffguard::g_bundles.empty() && reporter.Verdict() > 0 ? 1 : 0;
+  if (cliffguard::g_bundles.empty()) return 0;
+  if (!paired) return reporter.Verdict() > 0 ? 1 : 0;
+  for (const auto& line : cliffguard::g_paired_slower) std::fprintf(stderr, "%s\n", line.c_str());
+  std::fprintf(stderr,
+               "verdict: %d tuned rows with a schedule of their own compared with their default in paired rounds, %zu "
+               "slower beyond noise (%d rows run the default schedule itself)\n",
+               cliffguard::g_paired_compared, cliffguard::g_paired_slower.size(), cliffguard::g_paired_same);
+  return cliffguard::g_paired_slower.empty() ? 0 : 1;
 }

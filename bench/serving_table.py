@@ -9,7 +9,8 @@ group's shapes, of our row's GFLOP/s against the better of oneDNN (matmul with t
 weights reordered once) and OpenBLAS; our row against the built-in default; m = 1
 rows as a fraction of the measured read bandwidth (weights bytes / time); large nn
 rows (m, n, k >= 1000) as a fraction of the measured FMA peak. With repetitions,
-the median of each row is used.
+the median of each row is used. From a --paired run, each row's median over the
+rounds (its <row>_us counter).
 """
 import argparse
 import collections
@@ -43,6 +44,13 @@ def load(path):
         if not m:
             continue
         key = (m["group"], m["layout"], int(m["m"]), int(m["n"]), int(m["k"]), int(m["t"]))
+        if m["who"] == "paired":  # one benchmark, a <row>_us counter per row
+            labels = dict(x.split("=", 1) for x in b.get("label", "").split("; ") if "=" in x)
+            for c, us in b.items():
+                if c.endswith("_us"):
+                    who, mnk, nk = c[:-3], key[2] * key[3] * key[4], key[3] * key[4]
+                    rows[(who, key)].append((2e-3 * mnk / us, 4e-3 * nk / us, labels.get(who, "")))
+            continue
         rows[(m["who"], key)].append((b["GFLOPS"], b["weight_GBps"], b.get("label", "")))
     med = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v), v[0][2])
            for k, v in rows.items()}
