@@ -396,14 +396,10 @@ int main(int argc, char** argv) {
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     if (cliffguard::bench::ParseBundleFlag(argv[i], cliffguard::g_bundles)) continue;
-    if (std::strncmp(argv[i], "--shape=", 8) == 0) {
-      long m = 0, n = 0, k = 0;
-      char tail = 0;
-      if (std::sscanf(argv[i] + 8, "%ld,%ld,%ld%c", &m, &n, &k, &tail) != 3 || m < 1 || n < 1 || k < 1) {
-        std::fprintf(stderr, "--shape: '%s' is not M,N,K with three positive integers\n", argv[i] + 8);
-        return 2;
-      }
-      cliffguard::g_shapes.push_back({m, n, k});
+    cliffguard::Shape s{};
+    if (const int got = cliffguard::bench::ParseShapeFlag(argv[i], s.m, s.n, s.k)) {
+      if (got < 0) return 2;
+      cliffguard::g_shapes.push_back(s);
       continue;
     }
     rest.push_back(argv[i]);

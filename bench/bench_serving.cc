@@ -12,6 +12,7 @@
 //   build/bench/bench_serving --paired [--paired_rounds=15] [--paired_window_ms=20]
 //       [--paired_rows=default_packed,tuned_packed,onednn_matmul,openblas] [--bundle=...]
 //   build/bench/bench_serving --print_workload   (the shapes, as a `tune --workload` file)
+//   --shape=M,N,K (repeatable): these shapes (group "custom") replace the serving shapes
 //
 // Rows: packed/ (the packed GEMM's default, m <= 16), default/ (the built-in default,
 // what a miss runs per call), default_packed/ (the same through a constant-weights
@@ -80,8 +81,11 @@ struct Shape {
   int64_t m, n, k;
 };
 
+std::vector<Shape> g_shapes;  // --shape=M,N,K (group "custom"); empty: the serving shapes
+
 const std::vector<Shape>& Shapes() {
   static const std::vector<Shape> shapes = [] {
+    if (!g_shapes.empty()) return g_shapes;
     std::vector<Shape> s;
     for (int64_t m : {128, 384})
       for (auto [n, k] : {std::pair<int64_t, int64_t>{768, 768}, {3072, 768}, {768, 3072}}) s.push_back({"bert_base", m, n, k});
@@ -334,6 +338,96 @@ void TimeRow(benchmark::State& st, const Shape& s, const OpKey& key, const Devic
   SetCounters(st, s);
 }
 
+// Runs fn(t) on `threads` threads (the caller is thread 0) and joins them.
+template <typename Fn>
+void OnThreads(int threads, Fn&& fn) {
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(fn, t);
+  fn(0);
+  for (auto& th : pool) th.join();
+}
+
+// Sums n floats read as kStreams concurrent sequential streams (consecutive quarters
+// of the range), prefetching kAhead cache lines ahead in each: more streams and the
+// prefetch keep more lines in flight than one stream does. On the AVX-512 host one
+// AVX2 stream read 8 GB/s on one core, this 13 (AVX-512 loads) and 16 (four
+// streams, prefetch): the bound must be the fastest read, or kernels exceed it.
+constexpr int kStreams = 4, kAhead = 16, kLine = 16;  // kLine: floats per 64-byte line
+
+__attribute__((target("avx2"))) float SumAvx2(const float* p, size_t n) {
+  __m256 s[kStreams];
+  for (auto& x : s) x = _mm256_setzero_ps();
+  const size_t len = n / kStreams / kLine * kLine;
+  for (size_t i = 0; i < len; i += kLine)
+    for (int q = 0; q < kStreams; ++q) {
+      const float* b = p + q * len + i;
+      _mm_prefetch(reinterpret_cast<const char*>(b + kAhead * kLine), _MM_HINT_T0);
+      s[q] = _mm256_add_ps(s[q], _mm256_add_ps(_mm256_load_ps(b), _mm256_load_ps(b + 8)));
+    }
+  for (int q = 1; q < kStreams; ++q) s[0] = _mm256_add_ps(s[0], s[q]);
+  alignas(32) float out[8];
+  _mm256_store_ps(out, s[0]);
+  return out[0] + out[7];
+}
+
+__attribute__((target("avx512f"))) float SumAvx512(const float* p, size_t n) {
+  __m512 s[kStreams];
+  for (auto& x : s) x = _mm512_setzero_ps();
+  const size_t len = n / kStreams / kLine * kLine;
+  for (size_t i = 0; i < len; i += kLine)
+    for (int q = 0; q < kStreams; ++q) {
+      const float* b = p + q * len + i;
+      _mm_prefetch(reinterpret_cast<const char*>(b + kAhead * kLine), _MM_HINT_T0);
+      s[q] = _mm512_add_ps(s[q], _mm512_load_ps(b));
+    }
+  for (int q = 1; q < kStreams; ++q) s[0] = _mm512_add_ps(s[0], s[q]);
+  return _mm512_reduce_add_ps(s[0]);
+}
+
+// 512 MiB, 64-byte aligned, larger than any last-level cache here.
+std::span<const float> ReadBuffer() {
+  static float* data = [] {
+    auto* p = static_cast<float*>(std::aligned_alloc(64, size_t(512) << 20));
+    std::fill(p, p + (size_t(512) << 18), 1.0f);
+    return p;
+  }();
+  return {data, size_t(512) << 18};
+}
+
+// Reads the buffer once, split in equal shares between `threads` threads; returns
+// the bytes read.
+double ReadShares(int threads) {
+  static float (*const sum)(const float*, size_t) = (HostCpuDevice().isa & kIsaAvx512) ? SumAvx512 : SumAvx2;
+  const std::span<const float> buf = ReadBuffer();
+  const size_t share = buf.size() / size_t(threads) / 64 * 64;
+  std::vector<float> sink(static_cast<size_t>(threads), 0.0f);
+  OnThreads(threads, [&](int t) { sink[size_t(t)] += sum(buf.data() + share * size_t(t), share); });
+  benchmark::DoNotOptimize(sink.data());
+  return double(share * size_t(threads)) * 4;
+}
+
+constexpr int64_t kPeakSteps = 1 << 20;
+
+// bench::FmaChains(kPeakSteps) on each of `threads` threads at once.
+void FmaOnThreads(int threads) {
+  std::vector<float> sink(static_cast<size_t>(threads), 0.0f);
+  OnThreads(threads, [&](int t) { sink[size_t(t)] += bench::FmaChains(kPeakSteps); });
+  benchmark::DoNotOptimize(sink.data());
+}
+
+void BM_read_bandwidth(benchmark::State& st) {
+  double bytes = 0;
+  for (auto _ : st) bytes = ReadShares(int(st.range(0)));
+  st.counters["GBps"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_fma_peak(benchmark::State& st) {
+  const int threads = int(st.range(0));
+  for (auto _ : st) FmaOnThreads(threads);
+  st.counters["GFLOPS"] = benchmark::Counter(bench::FmaChainsFlops(kPeakSteps) * threads * 1e-9,
+                                             benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // --paired: the rows of one shape built once and timed in alternation, so that a
 // host whose speed drifts over minutes slows every row alike. Per round, in a fresh
 // random order, each row runs one untimed call (its threads wake) and then calls for
@@ -351,6 +445,27 @@ double Quantile(std::vector<double> v, double f) {
   return v[lo] + (pos - double(lo)) * (v[hi] - v[lo]);
 }
 
+// The machine's bounds as paired rows, timed in the same rounds as the shape's rows:
+// for m = 1 the read of BM_read_bandwidth, for large shapes (m, n, k >= 1000) the
+// register FMAs of BM_fma_peak. Their counters are rates: read_bandwidth_GBps and
+// fma_peak_GFLOPS, medians over the rounds.
+struct BoundRow {
+  const char* name;
+  const char* counter;
+  double work;  // bytes or floating-point operations per call
+  std::function<void()> call;
+};
+
+std::vector<BoundRow> BoundRows(const Shape& s, int threads) {
+  std::vector<BoundRow> rows;
+  if (s.m == 1 && (HostCpuDevice().isa & kIsaAvx2))
+    rows.push_back({"read_bandwidth", "read_bandwidth_GBps", double(ReadBuffer().size() / size_t(threads) / 64 * 64) * 4 * threads,
+                    [threads] { (void)ReadShares(threads); }});
+  if (std::min({s.m, s.n, s.k}) >= 1000 && (HostCpuDevice().isa & kIsaAvx2))
+    rows.push_back({"fma_peak", "fma_peak_GFLOPS", bench::FmaChainsFlops(kPeakSteps) * threads, [threads] { FmaOnThreads(threads); }});
+  return rows;
+}
+
 void TimePaired(benchmark::State& st, const Shape& s, const OpKey& key, const DeviceInfo& device, int threads,
                 const std::string& name) {
   std::vector<std::pair<std::string, Contender>> rows;
@@ -358,6 +473,10 @@ void TimePaired(benchmark::State& st, const Shape& s, const OpKey& key, const De
     auto c = (*RowMaker(row))(s, key, device, threads);
     if (c.ok()) rows.emplace_back(row, std::move(*c));
   }
+  const size_t shape_rows = rows.size();
+  std::vector<BoundRow> bounds = BoundRows(s, threads);
+  for (const auto& b : bounds)
+    rows.emplace_back(b.name, Contender{b.name, [&b](size_t) { b.call(); return Status::Ok(); }});
   if (rows.empty()) return st.SkipWithError("no row runs here");
   std::vector<std::vector<double>> secs(rows.size());
   std::mt19937 rng(1);
@@ -385,6 +504,12 @@ void TimePaired(benchmark::State& st, const Shape& s, const OpKey& key, const De
       }
     }
   }
+  for (size_t j = shape_rows; j < rows.size(); ++j) {
+    const BoundRow& b = bounds[j - shape_rows];
+    st.counters[b.counter] = b.work * 1e-9 / Quantile(secs[j], 0.5);
+  }
+  rows.resize(shape_rows);
+  secs.resize(shape_rows);
   std::string label;
   for (size_t j = 0; j < rows.size(); ++j) {
     const double med = Quantile(secs[j], 0.5);
@@ -440,78 +565,6 @@ void RegisterShape(const Shape& s, bool nt, int threads, bool paired) {
       TimeRow(st, s, key, device, threads, make);
     })->UseRealTime();
   }
-}
-
-// Runs fn(t) on `threads` threads (the caller is thread 0) and joins them.
-template <typename Fn>
-void OnThreads(int threads, Fn&& fn) {
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(fn, t);
-  fn(0);
-  for (auto& th : pool) th.join();
-}
-
-// Sums n floats read as kStreams concurrent sequential streams (consecutive quarters
-// of the range), prefetching kAhead cache lines ahead in each: more streams and the
-// prefetch keep more lines in flight than one stream does. On the AVX-512 host one
-// AVX2 stream read 8 GB/s on one core, this 13 (AVX-512 loads) and 16 (four
-// streams, prefetch): the bound must be the fastest read, or kernels exceed it.
-constexpr int kStreams = 4, kAhead = 16, kLine = 16;  // kLine: floats per 64-byte line
-
-__attribute__((target("avx2"))) float SumAvx2(const float* p, size_t n) {
-  __m256 s[kStreams];
-  for (auto& x : s) x = _mm256_setzero_ps();
-  const size_t len = n / kStreams / kLine * kLine;
-  for (size_t i = 0; i < len; i += kLine)
-    for (int q = 0; q < kStreams; ++q) {
-      const float* b = p + q * len + i;
-      _mm_prefetch(reinterpret_cast<const char*>(b + kAhead * kLine), _MM_HINT_T0);
-      s[q] = _mm256_add_ps(s[q], _mm256_add_ps(_mm256_load_ps(b), _mm256_load_ps(b + 8)));
-    }
-  for (int q = 1; q < kStreams; ++q) s[0] = _mm256_add_ps(s[0], s[q]);
-  alignas(32) float out[8];
-  _mm256_store_ps(out, s[0]);
-  return out[0] + out[7];
-}
-
-__attribute__((target("avx512f"))) float SumAvx512(const float* p, size_t n) {
-  __m512 s[kStreams];
-  for (auto& x : s) x = _mm512_setzero_ps();
-  const size_t len = n / kStreams / kLine * kLine;
-  for (size_t i = 0; i < len; i += kLine)
-    for (int q = 0; q < kStreams; ++q) {
-      const float* b = p + q * len + i;
-      _mm_prefetch(reinterpret_cast<const char*>(b + kAhead * kLine), _MM_HINT_T0);
-      s[q] = _mm512_add_ps(s[q], _mm512_load_ps(b));
-    }
-  for (int q = 1; q < kStreams; ++q) s[0] = _mm512_add_ps(s[0], s[q]);
-  return _mm512_reduce_add_ps(s[0]);
-}
-
-void BM_read_bandwidth(benchmark::State& st) {
-  static float* buf_data = [] {  // 512 MiB, 64-byte aligned
-    auto* p = static_cast<float*>(std::aligned_alloc(64, size_t(512) << 20));
-    std::fill(p, p + (size_t(512) << 18), 1.0f);
-    return p;
-  }();
-  static const std::span<const float> buf(buf_data, size_t(512) << 18);
-  static float (*const sum)(const float*, size_t) = (HostCpuDevice().isa & kIsaAvx512) ? SumAvx512 : SumAvx2;
-  const int threads = int(st.range(0));
-  const size_t share = buf.size() / size_t(threads) / 64 * 64;
-  std::vector<float> sink(static_cast<size_t>(threads), 0.0f);
-  for (auto _ : st) OnThreads(threads, [&](int t) { sink[size_t(t)] += sum(buf.data() + share * size_t(t), share); });
-  benchmark::DoNotOptimize(sink.data());
-  st.counters["GBps"] = benchmark::Counter(double(share * size_t(threads)) * 4e-9, benchmark::Counter::kIsIterationInvariantRate);
-}
-
-void BM_fma_peak(benchmark::State& st) {
-  const int threads = int(st.range(0));
-  constexpr int64_t kSteps = 1 << 20;
-  std::vector<float> sink(static_cast<size_t>(threads), 0.0f);
-  for (auto _ : st) OnThreads(threads, [&](int t) { sink[size_t(t)] += bench::FmaChains(kSteps); });
-  benchmark::DoNotOptimize(sink.data());
-  st.counters["GFLOPS"] =
-      benchmark::Counter(bench::FmaChainsFlops(kSteps) * threads * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // Collects every run's real time per benchmark (one per repetition) for the
@@ -599,20 +652,21 @@ int main(int argc, char** argv) {
   cliffguard::bench::ReexecWithLibraryEnvironment(argv);
   cliffguard::SetLogLevel(cliffguard::LogLevel::kError);
   std::vector<char*> rest;
-  bool json = false, paired = false;
+  bool json = false, paired = false, print_workload = false;
   for (int i = 0; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--benchmark_format=json") json = true;
-    if (arg == "--print_workload") {  // the shapes as a tuner workload (constant weights)
-      for (const auto& s : cliffguard::Shapes())
-        for (bool nt : {false, true}) {
-          cliffguard::OpKey key = cliffguard::OpKey::Gemm(s.m, s.n, s.k, false, nt);
-          key.constant_weights = true;
-          std::printf("%s\n", key.ToString().c_str());
-        }
-      return 0;
+    if (arg == "--print_workload") {
+      print_workload = true;
+      continue;
     }
     if (cliffguard::bench::ParseBundleFlag(argv[i], cliffguard::g_bundles)) continue;
+    cliffguard::Shape s{"custom", 0, 0, 0};
+    if (const int got = cliffguard::bench::ParseShapeFlag(argv[i], s.m, s.n, s.k)) {
+      if (got < 0) return 2;
+      cliffguard::g_shapes.push_back(s);
+      continue;
+    }
     if (arg == "--paired") {
       paired = true;
     } else if (arg.starts_with("--paired_rounds=")) {
@@ -630,6 +684,15 @@ int main(int argc, char** argv) {
     } else {
       rest.push_back(argv[i]);
     }
+  }
+  if (print_workload) {  // the shapes as a tuner workload (constant weights)
+    for (const auto& s : cliffguard::Shapes())
+      for (bool nt : {false, true}) {
+        cliffguard::OpKey key = cliffguard::OpKey::Gemm(s.m, s.n, s.k, false, nt);
+        key.constant_weights = true;
+        std::printf("%s\n", key.ToString().c_str());
+      }
+    return 0;
   }
   cliffguard::bench::AddEnvironmentBundles(cliffguard::g_bundles);
   int rc = static_cast<int>(rest.size());

@@ -119,6 +119,20 @@ inline void AddEnvironmentBundles(std::vector<std::string>& bundles) {
   if (bundles.empty()) std::fputs("no bundle given (CG_BUNDLE or --bundle=): tuned rows are skipped\n", stderr);
 }
 
+// A --shape=M,N,K argument: 0 when `arg` is none, 1 with m, n, k set, -1 (after
+// an error on stderr naming the value) when the value is not three positive integers.
+inline int ParseShapeFlag(const char* arg, int64_t& m, int64_t& n, int64_t& k) {
+  if (std::strncmp(arg, "--shape=", 8) != 0) return 0;
+  long long mm = 0, nn = 0, kk = 0;
+  char tail = 0;
+  if (std::sscanf(arg + 8, "%lld,%lld,%lld%c", &mm, &nn, &kk, &tail) != 3 || mm < 1 || nn < 1 || kk < 1) {
+    std::fprintf(stderr, "--shape: '%s' is not M,N,K with three positive integers\n", arg + 8);
+    return -1;
+  }
+  m = mm, n = nn, k = kk;
+  return 1;
+}
+
 // Copies of one GEMM's operands (A m x k, B the weights, C m x n), rotated between
 // calls so that a call does not find its operands in cache from the previous call:
 // together they cover at least `cover_bytes` (e.g. twice the last-level cache), so

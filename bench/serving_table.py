@@ -10,7 +10,8 @@ weights reordered once) and OpenBLAS; our row against the built-in default; m = 
 rows as a fraction of the measured read bandwidth (weights bytes / time); large nn
 rows (m, n, k >= 1000) as a fraction of the measured FMA peak. With repetitions,
 the median of each row is used. From a --paired run, each row's median over the
-rounds (its <row>_us counter).
+rounds (its <row>_us counter), and the bounds measured in the same rounds as the
+shape where the run has them (read_bandwidth_GBps, fma_peak_GFLOPS).
 """
 import argparse
 import collections
@@ -46,6 +47,9 @@ def load(path):
         key = (m["group"], m["layout"], int(m["m"]), int(m["n"]), int(m["k"]), int(m["t"]))
         if m["who"] == "paired":  # one benchmark, a <row>_us counter per row
             labels = dict(x.split("=", 1) for x in b.get("label", "").split("; ") if "=" in x)
+            for c, unit in (("read_bandwidth_GBps", "GBps"), ("fma_peak_GFLOPS", "GFLOPS")):
+                if c in b:  # the bound measured in the same rounds as this shape
+                    bounds[(unit, key)].append(b[c])
             for c, us in b.items():
                 if c.endswith("_us"):
                     who, mnk, nk = c[:-3], key[2] * key[3] * key[4], key[3] * key[4]
@@ -124,7 +128,7 @@ def main():
     for k in keys:
         if k[2] != 1:
             continue
-        bw = bounds.get(("GBps", k[5]))
+        bw = bounds.get(("GBps", k), bounds.get(("GBps", k[5])))
         gbps = med[(a.ours, k)][1]
         if bw:
             print(f"| {k[1]} n={k[3]} k={k[4]} | {k[5]} | {gbps:.1f} | {bw:.1f} | {gbps / bw:.0%} |")
@@ -134,7 +138,7 @@ def main():
     for k in keys:
         if k[1] != "nn" or min(k[2], k[3], k[4]) < 1000:
             continue
-        peak = bounds.get(("GFLOPS", k[5]))
+        peak = bounds.get(("GFLOPS", k), bounds.get(("GFLOPS", k[5])))
         g = med[(a.ours, k)][0]
         if peak:
             print(f"| m={k[2]} n={k[3]} k={k[4]} | {k[5]} | {g:.1f} | {peak:.1f} | {g / peak:.0%} |")

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -314,6 +315,20 @@ TEST(CpuGemmTable, LibraryVariantsSitBeforeTheReference) {
     }
 }
 
+// The host, the host with one thread, and the host seen as AVX2-only: the devices
+// the built-in default rules are checked on.
+std::vector<DeviceInfo> RuleDevices() {
+  std::vector<DeviceInfo> devices{Host(), HostCpuDevice(1), Host()};
+  devices.back().isa &= ~uint32_t{kIsaAvx512};
+  return devices;
+}
+
+// oneDNN's device and weights condition: constant weights, AVX-512, and the thread
+// budget usable (one thread, or passive OpenMP waiting).
+bool OnednnRuleHolds(const OpKey& key, const DeviceInfo& d) {
+  return key.constant_weights && (d.isa & kIsaAvx512) && (d.threads == 1 || testing::OmpWaitsPassively());
+}
+
 // The measured rule for large keys (cpu_kernels.cc, gemm_library.h): oneDNN's matmul
 // with its weights reordered once for constant-weights keys on an AVX-512 host where
 // it may use the thread budget; OpenBLAS for every other large key. Checked on the
@@ -322,27 +337,53 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
   const bool onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr;
   const bool openblas = FindKernelVariant("cpu_f32_gemm_openblas") != nullptr;
   if (!onednn && !openblas) GTEST_SKIP() << "this build has no library variants";
-  std::vector<DeviceInfo> devices{Host()};
-  DeviceInfo one = HostCpuDevice(1);
-  devices.push_back(one);
-  DeviceInfo avx2 = Host();
-  avx2.isa &= ~uint32_t{kIsaAvx512};
-  devices.push_back(avx2);
-  for (const DeviceInfo& d : devices)
+  for (const DeviceInfo& d : RuleDevices())
     for (int t = 0; t < 8; ++t) {
       OpKey key = OpKey::Gemm(128, 768, 768, t & 1, (t >> 1) & 1);
       key.constant_weights = (t >> 2) != 0;
       ASSERT_EQ(ShapeClassOf(key), ShapeClass::kLarge);
       auto s = DefaultSchedule(key, d);
       ASSERT_TRUE(s.ok());
-      const bool want_onednn = onednn && key.constant_weights && (d.isa & kIsaAvx512) &&
-                               (d.threads == 1 || testing::OmpWaitsPassively());
+      const bool want_onednn = onednn && OnednnRuleHolds(key, d);
       const char* want = want_onednn ? "cpu_f32_gemm_onednn" : openblas ? "cpu_f32_gemm_openblas" : nullptr;
       if (!want) continue;  // oneDNN only, and not preferred here: the own kernels
       SCOPED_TRACE(fmt::format("{} on {} (isa {}, {} threads)", key.ToString(), d.fingerprint, d.isa, d.threads));
       EXPECT_STREQ(s->variant->name, want) << s->ToString();
       if (want_onednn) EXPECT_EQ(s->params[s->variant->ParamIndex("reorder_b")], 1) << s->ToString();
     }
+}
+
+// Decode steps: oneDNN (weights reordered once) where the same rule holds and
+// 4 <= m; the own kernels at m < 4, with per-call weights, for weights narrower than
+// 17 columns and for little work (m*n*k <= 2^21).
+TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
+  const bool onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr;
+  if (!onednn) GTEST_SKIP() << "this build has no oneDNN variant";
+  struct Case {
+    int64_t m, n, k;
+    bool enough;  // m >= 4, n > 16 and m*n*k > 2^21
+  };
+  const Case cases[] = {{1, 4096, 4096, false}, {3, 4096, 4096, false}, {4, 768, 768, true},
+                        {16, 11008, 4096, true}, {16, 16, 4096, false},  {8, 64, 64, false}};
+  for (const DeviceInfo& d : RuleDevices())
+    for (const Case& c : cases)
+      for (bool trans_b : {false, true})
+        for (bool constant : {false, true}) {
+          OpKey key = OpKey::Gemm(c.m, c.n, c.k, false, trans_b);
+          key.constant_weights = constant;
+          ASSERT_EQ(ShapeClassOf(key), ShapeClass::kSkinny);
+          auto s = DefaultSchedule(key, d);
+          ASSERT_TRUE(s.ok());
+          SCOPED_TRACE(fmt::format("{} on {} (isa {}, {} threads)", key.ToString(), d.fingerprint, d.isa, d.threads));
+          const bool want_onednn = c.enough && OnednnRuleHolds(key, d);
+          if (want_onednn) {
+            EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_onednn") << s->ToString();
+            EXPECT_EQ(s->params[s->variant->ParamIndex("reorder_b")], 1) << s->ToString();
+          } else {
+            EXPECT_EQ(std::string_view(s->variant->name).find("_onednn"), std::string_view::npos) << s->ToString();
+            EXPECT_EQ(std::string_view(s->variant->name).find("_openblas"), std::string_view::npos) << s->ToString();
+          }
+        }
 }
 
 }  // namespace

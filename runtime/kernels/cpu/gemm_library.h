@@ -81,10 +81,12 @@ Status OnednnCheck(const KernelVariant& v, const OpKey& key, const ParamValues& 
 // 1 without passive OpenMP waiting; reorder_b = 1 for constant weights (reordered
 // once, by the plan), else 0.
 void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
-// preferred_default(): large constant-weights keys on an AVX-512 host, where oneDNN
-// may use the thread budget (one thread, or passive OpenMP waiting): measured ahead
-// of OpenBLAS and the own kernels there (bench/RESULTS.md, "Built-in default per
-// shape class"), so it is the built-in default of those keys.
+// preferred_default(): constant-weights keys on an AVX-512 host, where oneDNN may use
+// the thread budget (one thread, or passive OpenMP waiting), with m >= 4, n > 16 and
+// m*n*k > 2^21: the large class, and the decode steps of 4 to 16 tokens. Measured
+// ahead of OpenBLAS and the own kernels there (bench/RESULTS.md, "Built-in default
+// per shape class"); at m < 4 the own GEMV kernels stream the weights as fast.
+inline constexpr int64_t kOnednnDefaultMinM = 4;
 bool OnednnPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 // candidates: every (threads, reorder_b) pair check() accepts, the fitted threads
 // first, so the tuner measures each library schedule beside its own search.

@@ -183,8 +183,10 @@ void OnednnFitDefaults(const KernelVariant& /*v*/, const OpKey& key, const Devic
 }
 
 bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
-  return ShapeClassOf(key) == ShapeClass::kLarge && key.constant_weights && (device.isa & kIsaAvx512) != 0 &&
-         (device.threads == 1 || onednn::OmpWaitsPassively());
+  if (!key.constant_weights || (device.isa & kIsaAvx512) == 0 || !(device.threads == 1 || onednn::OmpWaitsPassively()))
+    return false;
+  const GemmView g = GemmViewOf(key);
+  return g.m >= kOnednnDefaultMinM && g.n > 16 && double(g.m) * double(g.n) * double(g.k) > double(int64_t{1} << 21);
 }
 
 std::vector<ParamValues> OnednnCandidates(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
