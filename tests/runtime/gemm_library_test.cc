@@ -353,18 +353,19 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
     }
 }
 
-// Decode steps: oneDNN (weights reordered once) where the same rule holds and
-// 4 <= m; the own kernels at m < 4, with per-call weights, for weights narrower than
-// 17 columns and for little work (m*n*k <= 2^21).
+// Decode steps: oneDNN (weights reordered once) where the same rule holds and m is
+// at least 4 (one thread) or 16 (more); the own kernels below, with per-call
+// weights, for weights narrower than 17 columns and for little work (m*n*k <= 2^21).
 TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
   const bool onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr;
   if (!onednn) GTEST_SKIP() << "this build has no oneDNN variant";
   struct Case {
     int64_t m, n, k;
-    bool enough;  // m >= 4, n > 16 and m*n*k > 2^21
+    int min_threads, max_threads;  // the thread budgets that give it to oneDNN (0, 0: none)
   };
-  const Case cases[] = {{1, 4096, 4096, false}, {3, 4096, 4096, false}, {4, 768, 768, true},
-                        {16, 11008, 4096, true}, {16, 16, 4096, false},  {8, 64, 64, false}};
+  const Case cases[] = {{1, 4096, 4096, 0, 0},   {3, 4096, 4096, 0, 0}, {4, 768, 768, 1, 1},
+                        {8, 4096, 4096, 1, 1},   {16, 11008, 4096, 1, 256}, {16, 16, 4096, 0, 0},
+                        {8, 64, 64, 0, 0}};
   for (const DeviceInfo& d : RuleDevices())
     for (const Case& c : cases)
       for (bool trans_b : {false, true})
@@ -375,7 +376,7 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
           auto s = DefaultSchedule(key, d);
           ASSERT_TRUE(s.ok());
           SCOPED_TRACE(fmt::format("{} on {} (isa {}, {} threads)", key.ToString(), d.fingerprint, d.isa, d.threads));
-          const bool want_onednn = c.enough && OnednnRuleHolds(key, d);
+          const bool want_onednn = c.min_threads <= d.threads && d.threads <= c.max_threads && OnednnRuleHolds(key, d);
           if (want_onednn) {
             EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_onednn") << s->ToString();
             EXPECT_EQ(s->params[s->variant->ParamIndex("reorder_b")], 1) << s->ToString();

@@ -186,7 +186,8 @@ bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const 
   if (!key.constant_weights || (device.isa & kIsaAvx512) == 0 || !(device.threads == 1 || onednn::OmpWaitsPassively()))
     return false;
   const GemmView g = GemmViewOf(key);
-  return g.m >= kOnednnDefaultMinM && g.n > 16 && double(g.m) * double(g.n) * double(g.k) > double(int64_t{1} << 21);
+  return g.m >= OnednnDefaultMinM(device.threads) && g.n > 16 &&
+         double(g.m) * double(g.n) * double(g.k) > double(int64_t{1} << 21);
 }
 
 std::vector<ParamValues> OnednnCandidates(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
