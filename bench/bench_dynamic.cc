@@ -49,6 +49,7 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include "bench_util.h"
 #include "cliffguard/log.h"
 #include "cliffguard/runtime.h"
 
@@ -149,11 +150,8 @@ int Run(const Flags& f) {
     o.fallback = fb;
     auto rt = Runtime::Create(o);
     if (!rt.ok()) Die(rt.status().ToString());
-    if (!bundle.empty()) {
-      auto rep = (*rt)->LoadBundleFile(bundle);
-      if (!rep.ok()) Die(rep.status().ToString());
-      if (!rep->device_match) Die(fmt::format("{}: not for this device ({})", bundle, rep->device_rule));
-    }
+    if (!bundle.empty() && !bench::LoadBundleOrDie(**rt, bundle))
+      Die(fmt::format("{}: not for this device ({})", bundle, (*rt)->device().fingerprint));
     policies.push_back({name, bundle, fb, std::move(*rt)});
   };
   add("default", "", FallbackPolicy::kExact);
@@ -258,6 +256,7 @@ int Run(const Flags& f) {
 
 int main(int argc, char** argv) {
   using namespace cliffguard;
+  bench::ReexecWithLibraryEnvironment(argv);  // the libraries as the cliffguard command runs them
   SetLogLevel(LogLevel::kError);
   Flags f;
   bool print_trace = false, print_oracle = false;

@@ -238,11 +238,7 @@ void LoadBundles() {
       std::fprintf(stderr, "runtime (threads=%d): %s\n", threads, rt.status().ToString().c_str());
       std::exit(2);
     }
-    for (const auto& b : g_bundles)
-      if (auto rep = (*rt)->LoadBundleFile(b); !rep.ok()) {
-        std::fprintf(stderr, "bundle %s: %s\n", b.c_str(), rep.status().ToString().c_str());
-        std::exit(2);
-      }
+    for (const auto& b : g_bundles) (void)bench::LoadBundleOrDie(**rt, b);
     g_runtimes.push_back(std::move(*rt));
   }
 }

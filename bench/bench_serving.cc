@@ -28,8 +28,11 @@
 // median over the rounds of the row's mean call time) and <row>_spread (half the
 // interquartile range over the median). A host whose speed drifts over minutes
 // slows every row of a round alike, where repetitions of separate rows run minutes
-// apart. Its verdict compares the per-round ratio of tuned to default: slower
-// beyond the noise when its median exceeds 1 + max(2%, its half interquartile range).
+// apart. The machine's bounds run as rows of the same rounds: the read of
+// BM_read_bandwidth for m = 1 (counter read_bandwidth_GBps) and the FMAs of
+// BM_fma_peak for m, n, k >= 1000 (fma_peak_GFLOPS). Its verdict compares the
+// per-round ratio of tuned to default: slower beyond the noise when its median
+// exceeds 1 + max(2%, its half interquartile range).
 //
 // Operands rotate over copies covering 2x the last-level cache (weights are not
 // found in cache from the previous call, as in serving). Shapes (name layout m n k):
@@ -125,7 +128,7 @@ Runtime* RuntimeFor(int threads, bool with_bundles = true) {
   auto rt = Runtime::Create(o);
   if (!rt.ok()) return nullptr;
   if (with_bundles)
-    for (const auto& b : g_bundles) (void)(*rt)->LoadBundleFile(b);
+    for (const auto& b : g_bundles) (void)bench::LoadBundleOrDie(**rt, b);
   g_runtimes.push_back(std::move(*std::move(rt)));
   kinds.emplace_back(threads, with_bundles);
   return g_runtimes.back().get();
@@ -479,6 +482,7 @@ void TimePaired(benchmark::State& st, const Shape& s, const OpKey& key, const De
     rows.emplace_back(b.name, Contender{b.name, [&b](size_t) { b.call(); return Status::Ok(); }});
   if (rows.empty()) return st.SkipWithError("no row runs here");
   std::vector<std::vector<double>> secs(rows.size());
+  std::vector<size_t> next_call(rows.size(), 0);
   std::mt19937 rng(1);
   std::vector<size_t> order(rows.size());
   for (size_t j = 0; j < order.size(); ++j) order[j] = j;
@@ -487,8 +491,8 @@ void TimePaired(benchmark::State& st, const Shape& s, const OpKey& key, const De
       std::shuffle(order.begin(), order.end(), rng);
       for (size_t j : order) {
         Contender& c = rows[j].second;
+        size_t& i = next_call[j];  // the row's operands keep rotating across rounds
         c.enter();
-        size_t i = size_t(round) * 1000003;
         Status ok = c.call(i++);
         int64_t calls = 0;
         const auto t0 = std::chrono::steady_clock::now();

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cliffguard/device.h"
+#include "cliffguard/runtime.h"
 
 namespace cliffguard::bench {
 
@@ -117,6 +118,25 @@ inline bool ParseBundleFlag(const char* arg, std::vector<std::string>& bundles) 
 inline void AddEnvironmentBundles(std::vector<std::string>& bundles) {
   if (const char* env = std::getenv("CG_BUNDLE")) SplitInto(env, bundles);
   if (bundles.empty()) std::fputs("no bundle given (CG_BUNDLE or --bundle=): tuned rows are skipped\n", stderr);
+}
+
+// Loads a bundle into a benchmark's runtime, or exits 2 naming why: the file does
+// not load, or an entry is rejected (a library variant this process cannot run,
+// e.g. oneDNN on two threads without OMP_WAIT_POLICY=passive, which
+// ReexecWithLibraryEnvironment sets): a benchmark must not time the built-in
+// default in place of a shipped entry without saying so. Returns whether the
+// bundle's device is this runtime's (a bundle for another thread budget loads
+// nothing here).
+inline bool LoadBundleOrDie(Runtime& rt, const std::string& path) {
+  auto rep = rt.LoadBundleFile(path);
+  if (!rep.ok()) {
+    std::fprintf(stderr, "bundle %s: %s\n", path.c_str(), rep.status().ToString().c_str());
+    std::exit(2);
+  }
+  if (!rep->device_match) return false;
+  for (const auto& r : rep->rejected) std::fprintf(stderr, "bundle %s: entry rejected: %s\n", path.c_str(), r.message.c_str());
+  if (!rep->rejected.empty()) std::exit(2);
+  return true;
 }
 
 // A --shape=M,N,K argument: 0 when `arg` is none, 1 with m, n, k set, -1 (after
