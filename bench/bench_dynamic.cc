@@ -150,8 +150,9 @@ int Run(const Flags& f) {
     o.fallback = fb;
     auto rt = Runtime::Create(o);
     if (!rt.ok()) Die(rt.status().ToString());
-    if (!bundle.empty() && !bench::LoadBundleOrDie(**rt, bundle))
-      Die(fmt::format("{}: not for this device ({})", bundle, (*rt)->device().fingerprint));
+    if (!bundle.empty())
+      if (const LoadReport rep = bench::LoadBundleOrDie(**rt, bundle); !rep.device_match)
+        Die(fmt::format("{}: not for this device ({})", bundle, rep.device_rule));
     policies.push_back({name, bundle, fb, std::move(*rt)});
   };
   add("default", "", FallbackPolicy::kExact);

@@ -238,7 +238,7 @@ void LoadBundles() {
       std::fprintf(stderr, "runtime (threads=%d): %s\n", threads, rt.status().ToString().c_str());
       std::exit(2);
     }
-    for (const auto& b : g_bundles) (void)bench::LoadBundleOrDie(**rt, b);
+    for (const auto& b : g_bundles) bench::LoadBundleOrDie(**rt, b);
     g_runtimes.push_back(std::move(*rt));
   }
 }

@@ -128,7 +128,7 @@ Runtime* RuntimeFor(int threads, bool with_bundles = true) {
   auto rt = Runtime::Create(o);
   if (!rt.ok()) return nullptr;
   if (with_bundles)
-    for (const auto& b : g_bundles) (void)bench::LoadBundleOrDie(**rt, b);
+    for (const auto& b : g_bundles) bench::LoadBundleOrDie(**rt, b);
   g_runtimes.push_back(std::move(*std::move(rt)));
   kinds.emplace_back(threads, with_bundles);
   return g_runtimes.back().get();
@@ -168,7 +168,7 @@ Contender ScheduleContender(const Shape& s, const OpKey& key, const DeviceInfo& 
 // A key served through constant-weights plans, one per rotated copy of the operands
 // (each with its own packed weights, so weights are cold as between layers).
 StatusOr<Contender> PlansContender(Runtime* rt, const Shape& s, const OpKey& key, const DeviceInfo& device) {
-  if (!rt) return Status(StatusCode::kInternal, "cannot create a runtime");
+  if (!rt) return Internal("cannot create a runtime");
   struct State {
     bench::RotatedOperands ops;
     std::vector<GemmPlan> plans;
@@ -200,7 +200,7 @@ const std::vector<std::pair<std::string, ContenderMaker>>& Rows() {
          for (const auto& v : AllKernelVariants())
            if (std::string_view(v.name).find("_gemm_") != std::string_view::npos && VariantSupports(v, key, device).ok())
              return ScheduleContender(s, key, device, VariantDefaultSchedule(v, key, device));
-         return Status(StatusCode::kNotFound, "no packed variant");
+         return NotFound("no packed variant");
        }},
       {"default",
        [](const Shape& s, const OpKey& key, const DeviceInfo& device, int) -> StatusOr<Contender> {
@@ -216,12 +216,12 @@ const std::vector<std::pair<std::string, ContenderMaker>>& Rows() {
        [](const Shape& s, const OpKey& key, const DeviceInfo& device, int threads) -> StatusOr<Contender> {
          OpKey packed_key = key;
          packed_key.constant_weights = true;
-         if (!BundleHits(threads, packed_key)) return Status(StatusCode::kNotFound, "no bundle entry");
+         if (!BundleHits(threads, packed_key)) return NotFound("no bundle entry");
          return PlansContender(RuntimeFor(threads), s, key, device);
        }},
       {"tuned",
        [](const Shape& s, const OpKey& key, const DeviceInfo& device, int threads) -> StatusOr<Contender> {
-         if (!BundleHits(threads, key)) return Status(StatusCode::kNotFound, "no bundle entry");
+         if (!BundleHits(threads, key)) return NotFound("no bundle entry");
          auto plan = RuntimeFor(threads)->PlanGemm(key);
          if (!plan.ok()) return plan.status();
          struct State {

@@ -124,19 +124,18 @@ inline void AddEnvironmentBundles(std::vector<std::string>& bundles) {
 // not load, or an entry is rejected (a library variant this process cannot run,
 // e.g. oneDNN on two threads without OMP_WAIT_POLICY=passive, which
 // ReexecWithLibraryEnvironment sets): a benchmark must not time the built-in
-// default in place of a shipped entry without saying so. Returns whether the
-// bundle's device is this runtime's (a bundle for another thread budget loads
-// nothing here).
-inline bool LoadBundleOrDie(Runtime& rt, const std::string& path) {
+// default in place of a shipped entry without saying so. Returns the report: a
+// bundle for another device (another thread budget) loads nothing here, and its
+// device_rule says why.
+inline LoadReport LoadBundleOrDie(Runtime& rt, const std::string& path) {
   auto rep = rt.LoadBundleFile(path);
   if (!rep.ok()) {
     std::fprintf(stderr, "bundle %s: %s\n", path.c_str(), rep.status().ToString().c_str());
     std::exit(2);
   }
-  if (!rep->device_match) return false;
   for (const auto& r : rep->rejected) std::fprintf(stderr, "bundle %s: entry rejected: %s\n", path.c_str(), r.message.c_str());
-  if (!rep->rejected.empty()) std::exit(2);
-  return true;
+  if (rep->device_match && !rep->rejected.empty()) std::exit(2);
+  return *std::move(rep);
 }
 
 // A --shape=M,N,K argument: 0 when `arg` is none, 1 with m, n, k set, -1 (after
