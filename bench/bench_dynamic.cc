@@ -23,10 +23,14 @@
 //                 tuner run at m measures those schedules too; the minimum of noisy
 //                 medians leans low, so the oracle is if anything too good).
 // Replay: every distinct m of the trace is timed under every policy, interleaved
-// (policies in a rotated order per round, --rounds rounds (default 5), each
-// timing at least 1 ms of repeated calls, median); a policy's total is sum over m of
-// count(m) x median time(m). Calls go through Runtime::Gemm (per call), so each
-// policy's lookup runs on every call. The weights (B) rotate over copies covering
+// (the distinct schedules the policies resolve m to, in a rotated order per round,
+// --rounds rounds (default 5), each timing at least 1 ms of repeated calls, median;
+// policies that run the same schedule at m share its timing, made through the first
+// of them, so the oracle's minimum is over different kernels, not over repeated
+// measurements of one); a policy's total is sum over m of count(m) x median time(m),
+// and "served" counts the trace's requests by what the policy resolves them to.
+// Calls go through Runtime::Gemm (per call), so the timing policy's lookup runs on
+// every call. The weights (B) rotate over copies covering
 // twice the last-level cache, as a model's layers evict each other's weights; A and
 // C (the activations, just written by the previous layer) do not.
 //
@@ -109,31 +113,49 @@ struct Policy {
 };
 
 // Median time of one call (microseconds) of each policy at one m; b: copies of the
-// weights, one per call in turn.
+// weights, one per call in turn. Policies that resolve the key to the same schedule
+// share one timing (made through the first of them), so identical kernels are not
+// set against each other's noise. `resolved[p]` gets policy p's resolution.
 std::vector<double> TimeAt(std::vector<Policy>& policies, const OpKey& key, std::vector<float>& a,
-                           std::vector<std::vector<float>>& b, std::vector<float>& c, int rounds) {
+                           std::vector<std::vector<float>>& b, std::vector<float>& c, int rounds,
+                           std::vector<Runtime::Resolution>& resolved) {
   GemmArgs args = DenseGemmArgs(key, a.data(), b[0].data(), c.data());
-  size_t next = 0;
-  std::vector<std::vector<double>> us(policies.size());
-  for (auto& p : policies)
-    if (Status st = p.rt->Gemm(args); !st.ok()) Die(st.ToString());  // warm-up; resolves the key
+  static size_t next = 0;  // across m too, so no call finds the weights its predecessor left in cache
+  resolved.clear();
+  std::vector<size_t> group(policies.size());  // policy -> index into timed
+  std::vector<size_t> timed;                   // one policy per distinct schedule
+  for (size_t p = 0; p < policies.size(); ++p) {
+    auto r = policies[p].rt->Resolve(key);
+    if (!r.ok()) Die(r.status().ToString());
+    resolved.push_back(*r);
+    size_t g = 0;
+    while (g < timed.size() && resolved[timed[g]].schedule.ToString() != r->schedule.ToString()) ++g;
+    if (g == timed.size()) timed.push_back(p);
+    group[p] = g;
+  }
+  auto call = [&](size_t p) {
+    args.b = b[next++ % b.size()].data();
+    if (Status st = policies[p].rt->Gemm(args); !st.ok()) Die(st.ToString());
+    benchmark::ClobberMemory();
+  };
+  for (size_t p : timed) call(p);  // warm-up: resolves the key, builds library primitives
+  std::vector<std::vector<double>> us(timed.size());
   for (int r = 0; r < rounds; ++r)
-    for (size_t i = 0; i < policies.size(); ++i) {
-      const size_t pi = (i + size_t(r)) % policies.size();
+    for (size_t i = 0; i < timed.size(); ++i) {
+      const size_t g = (i + size_t(r)) % timed.size();
       int64_t calls = 0;
       const auto t0 = std::chrono::steady_clock::now();
       double elapsed = 0;
       do {
-        args.b = b[next++ % b.size()].data();
-        if (Status st = policies[pi].rt->Gemm(args); !st.ok()) Die(st.ToString());
-        benchmark::ClobberMemory();
+        call(timed[g]);
         ++calls;
         elapsed = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       } while (elapsed < 1000);
-      us[pi].push_back(elapsed / double(calls));
+      us[g].push_back(elapsed / double(calls));
     }
   std::vector<double> med;
-  for (auto& v : us) {
+  for (size_t p = 0; p < policies.size(); ++p) {
+    auto v = us[group[p]];
     std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
     med.push_back(v[v.size() / 2]);
   }
@@ -191,7 +213,21 @@ int Run(const Flags& f) {
                                       std::vector<float>(size_t(family.n() * family.k()), 0.25f));
     std::vector<float> a(size_t(max_m * family.k()), 0.5f), c(size_t(max_m * family.n()));
     std::map<int64_t, std::vector<double>> times;  // m -> per-policy median us
-    for (int64_t m : ms) times[m] = TimeAt(policies, WithVaryingDim(family, m), a, b, c, f.rounds);
+    std::vector<std::vector<uint64_t>> served_n(policies.size(), std::vector<uint64_t>(kNumServedBy));  // trace requests
+    size_t timings = 0;
+    for (int64_t m : ms) {
+      std::vector<Runtime::Resolution> resolved;
+      times[m] = TimeAt(policies, WithVaryingDim(family, m), a, b, c, f.rounds, resolved);
+      std::vector<std::string> distinct;
+      for (const auto& r : resolved)
+        if (std::find(distinct.begin(), distinct.end(), r.schedule.ToString()) == distinct.end())
+          distinct.push_back(r.schedule.ToString());
+      timings += distinct.size();
+      if (auto it = trace.find(m); it != trace.end())
+        for (size_t p = 0; p < policies.size(); ++p)
+          served_n[p][static_cast<int>(resolved[p].hit ? ServedBy::kExact : resolved[p].served_by)] +=
+              uint64_t(it->second);
+    }
     // Oracle at the trace's m: measured where tuned, else the default's time there
     // over the oracle's speed-up on the default, interpolated in log2 m; never slower
     // than the fastest policy measured at m.
@@ -221,9 +257,10 @@ int Run(const Flags& f) {
     for (const auto& [m, n] : trace)
       for (size_t p = 0; p < policies.size(); ++p)
         total[p] += double(n) * (p == oracle_index ? oracle_us(m) : times[m][p]);
-    fmt::print("\n{} (m varies; every policy's calls through Runtime::Gemm)\n", family.ToString());
+    fmt::print("\n{} (m varies; every policy's calls through Runtime::Gemm; {} distinct m, {} distinct schedules timed)\n",
+               family.ToString(), ms.size(), timings);
     fmt::print("{:<16} {:>12} {:>14} {:>10}   {}\n", "policy", "tuned keys", "total GEMM s", "vs oracle",
-               "how the replay's calls were served");
+               "how the trace's requests were served");
     for (size_t p = 0; p < policies.size(); ++p) {
       size_t keys = 0;
       for (const auto& r : policies[p].rt->LoadReports())
@@ -233,16 +270,12 @@ int Run(const Flags& f) {
             for (const auto& e : spec->entries) keys += KeyFamily(e.key) == KeyFamily(family);
         }
       std::string served;
-      uint64_t served_n[kNumServedBy] = {};
-      for (const KeyStats& s : policies[p].rt->Stats())
-        if (KeyFamily(s.key) == KeyFamily(family))
-          for (int i = 0; i < kNumServedBy; ++i) served_n[i] += s.served[i];
       uint64_t all = 0;
-      for (uint64_t n : served_n) all += n;
+      for (uint64_t n : served_n[p]) all += n;
       for (int i = 0; i < kNumServedBy; ++i)
-        if (served_n[i])
+        if (served_n[p][i])
           served += fmt::format("{}{} {:.0f}%", served.empty() ? "" : ", ", ServedByName(static_cast<ServedBy>(i)),
-                                100.0 * double(served_n[i]) / double(all));
+                                100.0 * double(served_n[p][i]) / double(all));
       const bool has_oracle = oracle_index < policies.size();
       fmt::print("{:<16} {:>12} {:>14.3f} {:>10}   {}{}\n", policies[p].name, keys, total[p] / 1e6,
                  has_oracle ? fmt::format("{:.3f}x", total[p] / total[oracle_index]) : "-", served,
