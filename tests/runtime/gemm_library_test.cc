@@ -354,7 +354,8 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
 }
 
 // Decode steps: oneDNN (weights reordered once) where the same rule holds and m is
-// at least 4 (one thread) or 16 (more); the own kernels below, with per-call
+// at least 4 (one thread, or weights of 2^21 elements and more) or 16 (more threads,
+// smaller weights); the own kernels below, with per-call
 // weights, for weights narrower than 17 columns and for little work (m*n*k <= 2^21).
 TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
   const bool onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr;
@@ -363,8 +364,9 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
     int64_t m, n, k;
     int min_threads, max_threads;  // the thread budgets that give it to oneDNN (0, 0: none)
   };
-  const Case cases[] = {{1, 4096, 4096, 0, 0},   {3, 4096, 4096, 0, 0}, {4, 768, 768, 1, 1},
-                        {8, 4096, 4096, 1, 1},   {16, 11008, 4096, 1, 256}, {16, 16, 4096, 0, 0},
+  const Case cases[] = {{1, 4096, 4096, 0, 0},     {3, 4096, 4096, 0, 0},   {4, 768, 768, 1, 1},
+                        {8, 4096, 4096, 1, 256},   {4, 768, 3072, 1, 256},  {15, 2048, 1023, 1, 1},
+                        {16, 768, 768, 1, 256},    {16, 11008, 4096, 1, 256}, {16, 16, 4096, 0, 0},
                         {8, 64, 64, 0, 0}};
   for (const DeviceInfo& d : RuleDevices())
     for (const Case& c : cases)

@@ -84,12 +84,16 @@ void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInf
 // preferred_default(): constant-weights keys on an AVX-512 host, where oneDNN may use
 // the thread budget (one thread, or passive OpenMP waiting), with m at least
 // OnednnDefaultMinM, n > 16 and m*n*k > 2^21: the large class, and decode steps of 4
-// to 16 tokens on one thread, of 16 on more. Measured ahead of OpenBLAS and the own
+// to 16 tokens on one thread or with weights of at least 2^21 elements (8 MiB), of 16
+// on more threads with smaller weights. Measured ahead of OpenBLAS and the own
 // kernels there (bench/RESULTS.md, "Built-in default per shape class"): on one
 // thread 1.28x the own GEMV at m = 4 and 1.57x the own small-m kernels at m = 16; on
-// two, 1.34x at m = 16 but level at m = 4 (0.62-1.52x per shape, behind on the
-// 768-wide layers). Below those m the own GEMV kernels stream the weights as fast.
-constexpr int64_t OnednnDefaultMinM(int threads) { return threads == 1 ? 4 : 16; }
+// two, 1.34x at m = 16, 1.05-2.08x at m = 4 and 8 with weights from 768 x 3072 up,
+// but behind on 768 x 768 (0.69-0.92x, bar one layout at m = 4). Below those m the
+// own GEMV kernels stream the weights as fast.
+constexpr int64_t OnednnDefaultMinM(int threads, int64_t n, int64_t k) {
+  return threads == 1 || double(n) * double(k) >= double(int64_t{1} << 21) ? 4 : 16;
+}
 bool OnednnPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 // candidates: every (threads, reorder_b) pair check() accepts, the fitted threads
 // first, so the tuner measures each library schedule beside its own search.

@@ -186,7 +186,7 @@ bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const 
   if (!key.constant_weights || (device.isa & kIsaAvx512) == 0 || !(device.threads == 1 || onednn::OmpWaitsPassively()))
     return false;
   const GemmView g = GemmViewOf(key);
-  return g.m >= OnednnDefaultMinM(device.threads) && g.n > 16 &&
+  return g.m >= OnednnDefaultMinM(device.threads, g.n, g.k) && g.n > 16 &&
          double(g.m) * double(g.n) * double(g.k) > double(int64_t{1} << 21);
 }
 
