@@ -112,16 +112,21 @@ struct Policy {
   std::unique_ptr<Runtime> rt;
 };
 
-// Median time of one call (microseconds) of each policy at one m; b: copies of the
-// weights, one per call in turn. Policies that resolve the key to the same schedule
-// share one timing (made through the first of them), so identical kernels are not
-// set against each other's noise. `resolved[p]` gets policy p's resolution.
-std::vector<double> TimeAt(std::vector<Policy>& policies, const OpKey& key, std::vector<float>& a,
-                           std::vector<std::vector<float>>& b, std::vector<float>& c, int rounds,
-                           std::vector<Runtime::Resolution>& resolved) {
+struct Timing {
+  std::vector<double> us;                      // per policy: median time of one call
+  std::vector<Runtime::Resolution> resolved;   // per policy: what serves the key
+  size_t schedules = 0;                        // distinct schedules timed
+};
+
+// Times one m under every policy; b: copies of the weights, one per call in turn.
+// Policies that resolve the key to the same schedule share one timing (made through
+// the first of them), so identical kernels are not set against each other's noise.
+Timing TimeAt(std::vector<Policy>& policies, const OpKey& key, std::vector<float>& a,
+              std::vector<std::vector<float>>& b, std::vector<float>& c, int rounds) {
   GemmArgs args = DenseGemmArgs(key, a.data(), b[0].data(), c.data());
   static size_t next = 0;  // across m too, so no call finds the weights its predecessor left in cache
-  resolved.clear();
+  Timing out;
+  std::vector<Runtime::Resolution>& resolved = out.resolved;
   std::vector<size_t> group(policies.size());  // policy -> index into timed
   std::vector<size_t> timed;                   // one policy per distinct schedule
   for (size_t p = 0; p < policies.size(); ++p) {
@@ -153,13 +158,13 @@ std::vector<double> TimeAt(std::vector<Policy>& policies, const OpKey& key, std:
       } while (elapsed < 1000);
       us[g].push_back(elapsed / double(calls));
     }
-  std::vector<double> med;
   for (size_t p = 0; p < policies.size(); ++p) {
     auto v = us[group[p]];
     std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
-    med.push_back(v[v.size() / 2]);
+    out.us.push_back(v[v.size() / 2]);
   }
-  return med;
+  out.schedules = timed.size();
+  return out;
 }
 
 int Run(const Flags& f) {
@@ -216,16 +221,12 @@ int Run(const Flags& f) {
     std::vector<std::vector<uint64_t>> served_n(policies.size(), std::vector<uint64_t>(kNumServedBy));  // trace requests
     size_t timings = 0;
     for (int64_t m : ms) {
-      std::vector<Runtime::Resolution> resolved;
-      times[m] = TimeAt(policies, WithVaryingDim(family, m), a, b, c, f.rounds, resolved);
-      std::vector<std::string> distinct;
-      for (const auto& r : resolved)
-        if (std::find(distinct.begin(), distinct.end(), r.schedule.ToString()) == distinct.end())
-          distinct.push_back(r.schedule.ToString());
-      timings += distinct.size();
+      Timing t = TimeAt(policies, WithVaryingDim(family, m), a, b, c, f.rounds);
+      times[m] = std::move(t.us);
+      timings += t.schedules;
       if (auto it = trace.find(m); it != trace.end())
         for (size_t p = 0; p < policies.size(); ++p)
-          served_n[p][static_cast<int>(resolved[p].hit ? ServedBy::kExact : resolved[p].served_by)] +=
+          served_n[p][static_cast<int>(t.resolved[p].hit ? ServedBy::kExact : t.resolved[p].served_by)] +=
               uint64_t(it->second);
     }
     // Oracle at the trace's m: measured where tuned, else the default's time there
