@@ -118,13 +118,14 @@ struct Timing {
   size_t schedules = 0;                        // distinct schedules timed
 };
 
-// Times one m under every policy; b: copies of the weights, one per call in turn.
-// Policies that resolve the key to the same schedule share one timing (made through
-// the first of them), so identical kernels are not set against each other's noise.
+// Times one m under every policy; b: copies of the weights, one per call in turn,
+// continuing from `next` across m, so no call finds the weights its predecessor
+// left in cache. Policies that resolve the key to the same schedule share one timing
+// (made through the first of them), so identical kernels are not set against each
+// other's noise.
 Timing TimeAt(std::vector<Policy>& policies, const OpKey& key, std::vector<float>& a,
-              std::vector<std::vector<float>>& b, std::vector<float>& c, int rounds) {
+              std::vector<std::vector<float>>& b, std::vector<float>& c, int rounds, size_t& next) {
   GemmArgs args = DenseGemmArgs(key, a.data(), b[0].data(), c.data());
-  static size_t next = 0;  // across m too, so no call finds the weights its predecessor left in cache
   Timing out;
   std::vector<Runtime::Resolution>& resolved = out.resolved;
   std::vector<size_t> group(policies.size());  // policy -> index into timed
@@ -134,7 +135,7 @@ Timing TimeAt(std::vector<Policy>& policies, const OpKey& key, std::vector<float
     if (!r.ok()) Die(r.status().ToString());
     resolved.push_back(*r);
     size_t g = 0;
-    while (g < timed.size() && resolved[timed[g]].schedule.ToString() != r->schedule.ToString()) ++g;
+    while (g < timed.size() && resolved[timed[g]].schedule != r->schedule) ++g;
     if (g == timed.size()) timed.push_back(p);
     group[p] = g;
   }
@@ -219,9 +220,9 @@ int Run(const Flags& f) {
     std::vector<float> a(size_t(max_m * family.k()), 0.5f), c(size_t(max_m * family.n()));
     std::map<int64_t, std::vector<double>> times;  // m -> per-policy median us
     std::vector<std::vector<uint64_t>> served_n(policies.size(), std::vector<uint64_t>(kNumServedBy));  // trace requests
-    size_t timings = 0;
+    size_t timings = 0, next_b = 0;
     for (int64_t m : ms) {
-      Timing t = TimeAt(policies, WithVaryingDim(family, m), a, b, c, f.rounds);
+      Timing t = TimeAt(policies, WithVaryingDim(family, m), a, b, c, f.rounds, next_b);
       times[m] = std::move(t.us);
       timings += t.schedules;
       if (auto it = trace.find(m); it != trace.end())
