@@ -14,7 +14,8 @@
 //   build/bench/bench_serving --print_workload   (the shapes, as a `tune --workload` file)
 //   --shape=M,N,K (repeatable): these shapes (group "custom") replace the serving shapes
 //
-// Rows: packed/ (the packed GEMM's default, m <= 16), default/ (the built-in default,
+// Rows: packed/ (the packed GEMM's default, m <= 16), gemv/ (the small-m kernels'
+// default, where they run the key), default/ (the built-in default,
 // what a miss runs per call), default_packed/ (the same through a constant-weights
 // plan: B packed once), tuned/ and tuned_packed/ (the --bundle entries of the key
 // and of its weights=constant key, through plans), and the libraries.
@@ -190,18 +191,31 @@ StatusOr<Contender> PlansContender(Runtime* rt, const Shape& s, const OpKey& key
                    [] {}, [] {}, st};
 }
 
+// The first variant (in table order) whose name contains `part` and which runs the
+// key, or nullptr.
+const KernelVariant* FirstVariant(std::string_view part, const OpKey& key, const DeviceInfo& device) {
+  for (const auto& v : AllKernelVariants())
+    if (std::string_view(v.name).find(part) != std::string_view::npos && VariantSupports(v, key, device).ok()) return &v;
+  return nullptr;
+}
+
+// That variant's declared default schedule for the key, per call.
+ContenderMaker FirstVariantRow(std::string_view part) {
+  return [part](const Shape& s, const OpKey& key, const DeviceInfo& device, int) -> StatusOr<Contender> {
+    if (const KernelVariant* v = FirstVariant(part, key, device))
+      return ScheduleContender(s, key, device, VariantDefaultSchedule(*v, key, device));
+    return NotFound(fmt::format("no {} variant runs the key", part));
+  };
+}
+
 // The rows, by name: what a miss runs and what the tuned bundle serves (per call and
 // with packed weights), and the libraries a user would call instead.
 const std::vector<std::pair<std::string, ContenderMaker>>& Rows() {
   static const std::vector<std::pair<std::string, ContenderMaker>> rows = {
       // The packed GEMM's default (what a miss ran before the small-m kernels), m <= 16.
-      {"packed",
-       [](const Shape& s, const OpKey& key, const DeviceInfo& device, int) -> StatusOr<Contender> {
-         for (const auto& v : AllKernelVariants())
-           if (std::string_view(v.name).find("_gemm_") != std::string_view::npos && VariantSupports(v, key, device).ok())
-             return ScheduleContender(s, key, device, VariantDefaultSchedule(v, key, device));
-         return NotFound("no packed variant");
-       }},
+      {"packed", FirstVariantRow("_gemm_")},
+      // The small-m kernels' default (nt: m <= 16, nn: m <= 4), weights read in place.
+      {"gemv", FirstVariantRow("_gemv_")},
       {"default",
        [](const Shape& s, const OpKey& key, const DeviceInfo& device, int) -> StatusOr<Contender> {
          auto sched = DefaultSchedule(key, device);
@@ -560,6 +574,7 @@ void RegisterShape(const Shape& s, bool nt, int threads, bool paired) {
   }
   for (const auto& [row, make] : Rows()) {
     if (row == "packed" && s.m > 16) continue;
+    if (row == "gemv" && !FirstVariant("_gemv_", key, device)) continue;
     if (row.starts_with("tuned")) {  // only where the bundles hold the key
       OpKey k = key;
       k.constant_weights = row == "tuned_packed";

@@ -25,6 +25,25 @@ struct Avx512Traits {
   static CG_INLINE void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static CG_INLINE V LoadN(const float* p, int n) { return _mm512_maskz_loadu_ps(Mask(n), p); }
   static CG_INLINE void StoreN(float* p, V v, int n) { _mm512_mask_storeu_ps(p, Mask(n), v); }
+  static CG_INLINE float Sum(V v) { return _mm512_reduce_add_ps(v); }
+  // out[q] = the sum of v[q]'s lanes, q < 8: halves of pairs, then quarters, pairs
+  // and neighbours, each step one shuffle pair and an add for two or four vectors.
+  static CG_INLINE void Sum8(const V (&v)[8], float* out) {
+    V x[4], w[2];
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p)
+      x[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                           _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+#pragma GCC unroll 2
+    for (int p = 0; p < 2; ++p)
+      w[p] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * p], x[2 * p + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                           _mm512_shuffle_f32x4(x[2 * p], x[2 * p + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const V s = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const V r = _mm512_add_ps(s, _mm512_shuffle_ps(s, s, _MM_SHUFFLE(2, 3, 0, 1)));
+    const V o = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0), r);
+    _mm256_storeu_ps(out, _mm512_castps512_ps256(o));
+  }
 };
 
 }  // namespace

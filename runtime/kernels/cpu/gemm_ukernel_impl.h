@@ -40,6 +40,10 @@ struct ScalarTraits {
   static CG_INLINE void StoreN(float* p, V v, int n) {
     if (n > 0) *p = v;
   }
+  static CG_INLINE float Sum(V v) { return v; }
+  static CG_INLINE void Sum8(const V (&v)[8], float* out) {
+    for (int q = 0; q < 8; ++q) out[q] = v[q];
+  }
 };
 
 template <class T, int M, int NV, bool kPacked>

@@ -54,7 +54,7 @@ template Status GemvSupports<false>(const KernelVariant&, const OpKey&, const De
 template Status GemvSupports<true>(const KernelVariant&, const OpKey&, const DeviceInfo&);
 
 template <bool kTransB>
-void GemvFitDefaults(const KernelVariant&, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
+void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
   const double b_bytes = 4.0 * double(key.n()) * double(key.k());
   const int64_t limit = std::max<int64_t>(1, std::min<double>(device.threads, b_bytes / double(1 << 20)));
   int32_t threads = 1;
@@ -62,10 +62,22 @@ void GemvFitDefaults(const KernelVariant&, const OpKey& key, const DeviceInfo& d
     if (t <= limit) threads = t;
   p[kGemvThreads] = threads;
   if (kTransB) {
-    p[kGemvBlock] = key.m() == 1 ? 8 : key.m() == 2 ? 4 : 2;
-  } else {  // the widest C block whose m rows fit in 16 KiB of L1: B rows then stream in long runs
+    // At least 8 accumulators (two FMA ports of 4 cycles' latency), every row of A in
+    // one pass where the registers allow (NTMaxRows).
+    const bool wide = (v.isa & kIsaAvx512) != 0;
+    p[kGemvBlock] = (wide ? key.m() <= 3 : key.m() == 1) ? 8 : wide || key.m() == 2 ? 4 : 2;
+  } else {
+    // A thread's whole rows of C when their m rows fit in 32 KiB of L1: B then streams
+    // through once, front to back. Otherwise the widest block whose rows fit in 16 KiB.
+    const int64_t cols = (key.n() + threads - 1) / threads;
     for (int32_t nb : kGemvNbValues)
       if (key.m() * nb * 4 <= (16 << 10)) p[kGemvBlock] = nb;
+    if (key.m() * cols * 4 <= (32 << 10))
+      for (int32_t nb : kGemvNbValues)
+        if (nb >= cols) {
+          p[kGemvBlock] = std::max(p[kGemvBlock], nb);
+          break;
+        }
   }
 }
 template void GemvFitDefaults<false>(const KernelVariant&, const OpKey&, const DeviceInfo&, ParamValues&);

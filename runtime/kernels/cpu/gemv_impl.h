@@ -22,6 +22,18 @@ namespace cliffguard::cpu {
 namespace {
 
 template <class T>
+inline constexpr int kVectorRegs = T::kWidth >= 16 ? 32 : 16;
+
+// Rows of B per nn step: A's M * KU broadcasts, KU rows of B and a C vector in
+// registers (one to spare). More rows per step keep more lines of B in flight.
+template <class T, int M>
+constexpr int NNStepRows() {
+  for (int ku : {8, 4, 3, 2})
+    if (M * ku + ku + 1 <= kVectorRegs<T> - 1) return ku;
+  return 1;
+}
+
+template <class T>
 CG_INLINE void ScaleRow(float* c, int64_t n, float beta) {
   using V = typename T::V;
   constexpr int W = T::kWidth;
@@ -83,8 +95,7 @@ CG_INLINE void NNStep(const GemvTask& t, int64_t p0, int64_t jb, int64_t w) {
 
 template <class T, int M>
 void NNRows(const GemvTask& t) {
-  // A's broadcasts and B's rows in registers: M * KU + KU + 1 of them.
-  constexpr int KU = M == 1 ? 4 : M <= 2 ? 4 : M <= 4 ? 2 : 1;
+  constexpr int KU = NNStepRows<T, M>();
   const int64_t nb = std::max<int64_t>(T::kWidth, t.block);
   for (int64_t jb = t.j0; jb < t.j1; jb += nb) {
     const int64_t w = std::min(nb, t.j1 - jb);
@@ -93,16 +104,6 @@ void NNRows(const GemvTask& t) {
     for (; p + KU <= t.k; p += KU) NNStep<T, M, KU>(t, p, jb, w);
     for (; p < t.k; ++p) NNStep<T, M, 1>(t, p, jb, w);
   }
-}
-
-template <class T>
-CG_INLINE float HSum(typename T::V v) {
-  alignas(64) float lanes[T::kWidth];
-  T::Store(lanes, v);
-  float s = 0;
-#pragma GCC unroll 16
-  for (int l = 0; l < T::kWidth; ++l) s += lanes[l];
-  return s;
 }
 
 // C[i0:i0+MI, j:j+NJ] from rows i0.. of A and rows j.. of B.
@@ -146,49 +147,68 @@ CG_INLINE void NTTile(const GemvTask& t, int i0, int64_t j) {
     }
   }
 #pragma GCC unroll 8
-  for (int i = 0; i < MI; ++i)
+  for (int i = 0; i < MI; ++i) {
+    float sums[NJ];
+    if constexpr (NJ == 8) {
+      T::Sum8(acc[i], sums);
+    } else {
 #pragma GCC unroll 8
-    for (int q = 0; q < NJ; ++q) {
-      float* c = t.c + (i0 + i) * t.ldc + j + q;
-      const float s = t.alpha * HSum<T>(acc[i][q]);
-      *c = t.beta == 0.0f ? s : s + t.beta * *c;
+      for (int q = 0; q < NJ; ++q) sums[q] = T::Sum(acc[i][q]);
     }
+    float* c = t.c + (i0 + i) * t.ldc + j;
+#pragma GCC unroll 8
+    for (int q = 0; q < NJ; ++q) c[q] = t.beta == 0.0f ? t.alpha * sums[q] : t.alpha * sums[q] + t.beta * c[q];
+  }
 }
 
-// Columns [j, j+NJ) of C for every row, in groups of at most MI rows (then 2, 1):
-// the NJ rows of B stay in L1/L2 while the row groups of A (in L2) pass, so B comes
-// from memory once whatever m is.
-template <class T, int MI, int NJ>
+// The most rows of A a tile of NJ rows of B takes: MI * NJ accumulators, MI rows of
+// A and one row of B in registers (one register to spare), at most 4.
+template <class T, int NJ>
+constexpr int NTMaxRows() {
+  int mi = 4;
+  while (mi > 1 && mi * NJ + mi + 1 > kVectorRegs<T> - 1) --mi;
+  return mi;
+}
+
+// Rows [i, i+r) of C, r < MI, against the NJ rows of B at j: one tile.
+template <class T, int NJ>
+CG_INLINE void NTRest(const GemvTask& t, int i, int r, int64_t j) {
+  switch (r) {
+    case 1: return NTTile<T, 1, NJ>(t, i, j);
+    case 2: if constexpr (NTMaxRows<T, NJ>() > 2) return NTTile<T, 2, NJ>(t, i, j); break;
+    case 3: if constexpr (NTMaxRows<T, NJ>() > 3) return NTTile<T, 3, NJ>(t, i, j); break;
+  }
+}
+
+// Columns [j, j+NJ) of C for every row, in groups of MI rows and one smaller tile
+// for the rest: the NJ rows of B stay in L1/L2 while the row groups of A (in L2)
+// pass, so B comes from memory once whatever m is, and m <= MI is a single pass.
+template <class T, int NJ>
 void NTColumnTile(const GemvTask& t, int64_t j) {
+  constexpr int MI = NTMaxRows<T, NJ>();
   int i = 0;
   for (; i + MI <= t.m; i += MI) NTTile<T, MI, NJ>(t, i, j);
-  if constexpr (MI > 2) {
-    if (i + 2 <= t.m) {
-      NTTile<T, 2, NJ>(t, i, j);
-      i += 2;
-    }
-  }
   if constexpr (MI > 1) {
-    if (i < t.m) NTTile<T, 1, NJ>(t, i, j);
+    if (i < t.m) NTRest<T, NJ>(t, i, t.m - i, j);
   }
 }
 
 // The task's columns: NJ-wide tiles, then single columns.
-template <class T, int MI, int NJ>
+template <class T, int NJ>
 void NTRows(const GemvTask& t) {
   int64_t j = t.j0;
-  for (; j + NJ <= t.j1; j += NJ) NTColumnTile<T, MI, NJ>(t, j);
-  for (; j < t.j1; ++j) NTColumnTile<T, MI, 1>(t, j);
+  for (; j + NJ <= t.j1; j += NJ) NTColumnTile<T, NJ>(t, j);
+  for (; j < t.j1; ++j) NTColumnTile<T, 1>(t, j);
 }
 
-// The register tile for a block of NJ = t.block: MI * NJ <= 8 accumulators.
+// The register tile for a block of NJ = t.block rows of B.
 template <class T>
 void NTDispatch(const GemvTask& t) {
   switch (t.block) {
-    case 1: return NTRows<T, 4, 1>(t);
-    case 2: return NTRows<T, 4, 2>(t);
-    case 4: return NTRows<T, 2, 4>(t);
-    default: return NTRows<T, 1, 8>(t);
+    case 1: return NTRows<T, 1>(t);
+    case 2: return NTRows<T, 2>(t);
+    case 4: return NTRows<T, 4>(t);
+    default: return NTRows<T, 8>(t);
   }
 }
 

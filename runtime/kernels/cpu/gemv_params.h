@@ -28,7 +28,7 @@ inline constexpr ParamSpec kGemvNNSpecs[] = {
 };
 inline constexpr ParamSpec kGemvNTSpecs[] = {
     {"threads", kGemmThreadValues, 1, "threads (caller included), each a contiguous range of n; <= device threads"},
-    {"nj", kGemvNjValues, 4, "rows of B (columns of C) per register tile; rows of A per tile = 8 / nj (at most 4)"},
+    {"nj", kGemvNjValues, 4, "rows of B (columns of C) per register tile; rows of A per tile: at most 4, as many as the registers hold"},
 };
 
 // check(): threads <= device.threads.
@@ -37,7 +37,7 @@ Status GemvCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p,
 template <bool kTransB>
 Status GemvSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 // fit_defaults(): threads from the bytes of B (each thread streams at least 1 MiB);
-// nt: nj from m (one pass over B for m <= 4); nn: nb, the widest block whose m rows
+// nt: nj from m and the registers (one pass over B for m <= 4, 8 accumulators or more); nn: nb, the widest block whose m rows
 // of C fit in 16 KiB.
 template <bool kTransB>
 void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
