@@ -177,6 +177,63 @@ TEST(CudaGemm, TheOwnGemvKernelTakesDecodeShapesOfLayoutNtOnly) {
   }
 }
 
+TEST(CudaGemm, TheOwnTensorCoreKernelTakesF16AndBf16InEveryLayoutOnAmpereAndLater) {
+  const DeviceInfo gpu = FakeGpu();
+  EXPECT_EQ(FindKernelVariant("cuda_f32_gemm_mma"), nullptr);
+  for (DType d : {DType::kF16, DType::kBF16}) {
+    const KernelVariant* v = FindKernelVariant(Name(d, "mma"));
+    ASSERT_NE(v, nullptr);
+    for (int layout = 0; layout < 4; ++layout)
+      for (auto [m, n, k] : {std::array<int64_t, 3>{1, 1, 1}, {333, 4096, 11008}, {2048, 3072, 768}}) {
+        const OpKey key = OpKey::Gemm(m, n, k, layout & 1, layout & 2, d);
+        EXPECT_TRUE(VariantSupports(*v, key, gpu).ok()) << key.ToString();
+        // Its fitted defaults pass the check and are a point the search visits.
+        const Schedule def = VariantDefaultSchedule(*v, key, gpu);
+        EXPECT_TRUE(CheckSchedule(def, key, gpu).ok()) << def.ToString();
+        EXPECT_FALSE(v->redundant(*v, key, def.params)) << def.ToString();
+        // cuBLAS stays the default.
+        EXPECT_EQ(DefaultSchedule(key, gpu)->variant->name, Name(d, "cublas"));
+      }
+    DeviceInfo turing = FakeGpu();
+    turing.family = 7;
+    turing.model = 5;
+    const Status old = VariantSupports(*v, OpKey::Gemm(64, 64, 64, false, false, d), turing);
+    EXPECT_FALSE(old.ok());
+    EXPECT_NE(old.message().find("7.5"), std::string::npos) << old.message();
+
+    // Split-K while the tiles leave SMs idle: 1 x 32 tiles of 64 x 128 on 132 SMs.
+    const OpKey decode = OpKey::Gemm(16, 4096, 4096, false, true, d);
+    const Schedule fitted = VariantDefaultSchedule(*v, decode, gpu);
+    EXPECT_EQ(fitted.params[size_t(v->ParamIndex("bm"))], 64);
+    EXPECT_EQ(fitted.params[size_t(v->ParamIndex("bn"))], 128);
+    EXPECT_EQ(fitted.params[size_t(v->ParamIndex("split_k"))], 8);
+    EXPECT_EQ(VariantDefaultSchedule(*v, OpKey::Gemm(2048, 4096, 4096, false, true, d), gpu)
+                  .params[size_t(v->ParamIndex("split_k"))],
+              1);
+
+    // A split that leaves a block without a k tile, or a 128 tile over 64 rows, is
+    // redundant; an over-large workspace or shared memory is refused, naming why.
+    const OpKey shallow = OpKey::Gemm(64, 64, 64, false, false, d);  // 2 k tiles
+    auto with = [&](int32_t bm, int32_t bn, int32_t stages, int32_t split) {
+      auto s = Schedule::FromNamed(v->name, {{"bm", bm}, {"bn", bn}, {"stages", stages}, {"split_k", split}});
+      EXPECT_TRUE(s.ok()) << s.status().ToString();
+      return *s;
+    };
+    EXPECT_FALSE(v->redundant(*v, shallow, with(64, 64, 2, 2).params));
+    EXPECT_TRUE(v->redundant(*v, shallow, with(64, 64, 2, 4).params));
+    EXPECT_TRUE(v->redundant(*v, shallow, with(128, 64, 2, 1).params));
+    const Status big = CheckSchedule(with(128, 128, 3, 16), OpKey::Gemm(8192, 8192, 4096, false, false, d), gpu);
+    EXPECT_FALSE(big.ok());
+    EXPECT_NE(big.message().find("split_k=16"), std::string::npos) << big.message();
+    DeviceInfo small_smem = FakeGpu();
+    small_smem.properties.emplace_back("smem_per_block_optin", 48 << 10);
+    const Status smem = CheckSchedule(with(128, 128, 4, 1), shallow, small_smem);
+    EXPECT_FALSE(smem.ok());
+    EXPECT_NE(smem.message().find("shared memory"), std::string::npos) << smem.message();
+    EXPECT_TRUE(CheckSchedule(with(64, 64, 2, 1), shallow, small_smem).ok());
+  }
+}
+
 // cuBLAS is loaded at first use, not linked (a CPU-only process never maps it); where
 // the toolkit's libraries are installed, every function this build calls resolves.
 TEST(CudaGemm, CublasLoadsOnDemandWithEveryFunctionThisBuildCalls) {
@@ -379,6 +436,38 @@ TEST(CudaGemm, EveryGemvScheduleIsCorrect) {
             }
           }
     }
+  }
+}
+
+// The own tensor-core kernel: every tile and pipeline depth without split-K, and
+// split-K on one tile, in every layout, on shapes off the tiles; aligned rows (16-byte
+// cp.async copies) and odd leading dimensions (element copies).
+TEST(CudaGemm, EveryMmaScheduleIsCorrect) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU here: " << cuda::ProbeCudaDevices().status;
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const DeviceInfo gpu = cuda::ProbeCudaDevices().devices[0];
+  for (DType d : {DType::kF16, DType::kBF16}) {
+    const KernelVariant& v = *FindKernelVariant(Name(d, "mma"));
+    std::vector<Schedule> schedules;
+    for (int32_t bm : {64, 128})
+      for (int32_t bn : {64, 128})
+        for (int32_t stages : {2, 3, 4})
+          schedules.push_back(
+              *Schedule::FromNamed(v.name, {{"bm", bm}, {"bn", bn}, {"stages", stages}, {"split_k", 1}}));
+    for (int32_t split : {2, 4, 16})
+      schedules.push_back(*Schedule::FromNamed(v.name, {{"bm", 64}, {"bn", 64}, {"stages", 3}, {"split_k", split}}));
+    for (int layout = 0; layout < 4; ++layout)
+      for (auto [m, n, k] :
+           {std::array<int64_t, 3>{1, 1, 1}, {17, 33, 40}, {64, 128, 256}, {130, 70, 1000}, {5, 200, 37}}) {
+        const OpKey key = OpKey::Gemm(m, n, k, layout & 1, layout & 2, d);
+        for (const Schedule& s : schedules) {
+          ASSERT_TRUE(CheckSchedule(s, key, gpu).ok()) << s.ToString();
+          for (std::array<int64_t, 3> pad : {std::array<int64_t, 3>{8, 8, 8}, {3, 5, 2}}) {
+            SCOPED_TRACE(s.ToString());
+            CheckOnGpu(key, pad, [&](const GemmArgs& g) { return RunGemm(s, g); });
+          }
+        }
+      }
   }
 }
 

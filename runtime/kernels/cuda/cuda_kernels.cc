@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/cublas_gemm.h"
 #include "kernels/cuda/cuda_probe.h"
+#include "kernels/cuda/gemm_mma.h"
 #include "kernels/cuda/gemv_nt.h"
 
 namespace cliffguard::cuda {
@@ -50,7 +51,8 @@ CudaProbe ProbeOnce() {
 std::span<const KernelVariant> CudaKernelVariants() {
   static const std::vector<KernelVariant>* all = [] {
     auto* v = new std::vector<KernelVariant>();
-    for (auto part : {CublasGemmVariants(), GemvNtVariants()}) v->insert(v->end(), part.begin(), part.end());
+    for (auto part : {CublasGemmVariants(), GemvNtVariants(), MmaGemmVariants()})
+      v->insert(v->end(), part.begin(), part.end());
     return v;
   }();
   return *all;

@@ -7,12 +7,18 @@
 
 #include "cliffguard/device.h"
 #include "cliffguard/kernel.h"
+#include "kernels/cuda/gemm_operands.h"
 
 namespace cliffguard::cuda {
 
 // CUDA kernel variants compiled into this build: cuBLAS and cuBLASLt (cublas_gemm.h),
-// then the own kernels (gemv_nt.h).
+// then the own kernels (gemv_nt.h, gemm_mma.h).
 std::span<const KernelVariant> CudaKernelVariants();
+
+// A call's operands as the own kernels' launch structs take them.
+inline GemmOperands OperandsOf(const GemmArgs& a) {
+  return {a.trans_a, a.trans_b, a.m, a.n, a.k, a.lda, a.ldb, a.ldc, a.a, a.b, a.c, a.alpha, a.beta, a.stream};
+}
 
 struct CudaProbe {
   std::vector<DeviceInfo> devices;  // one per visible GPU, arch "sm_XY"

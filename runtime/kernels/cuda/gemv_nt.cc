@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemv_nt_launch.h"
 
 namespace cliffguard::cuda {
@@ -54,18 +55,7 @@ Status GemvEntry(const KernelVariant& self, const GemmArgs& a, const ParamValues
   l.m_tile = p[kMTile];
   l.cols = p[kCols];
   l.warps = p[kWarps];
-  l.m = a.m;
-  l.n = a.n;
-  l.k = a.k;
-  l.lda = a.lda;
-  l.ldb = a.ldb;
-  l.ldc = a.ldc;
-  l.a = a.a;
-  l.b = a.b;
-  l.c = a.c;
-  l.alpha = a.alpha;
-  l.beta = a.beta;
-  l.stream = a.stream;
+  l.op = OperandsOf(a);
   const int e = LaunchGemvNt(l);
   if (e == 0) return Status::Ok();
   return Internal(fmt::format("{}: launch failed: {}", self.name, cudaGetErrorString(cudaError_t(e))));

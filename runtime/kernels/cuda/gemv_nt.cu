@@ -96,22 +96,23 @@ __global__ void GemvNtKernel(const T* __restrict__ a, int64_t lda, const T* __re
 
 template <typename T, int MT, int COLS>
 cudaError_t LaunchTyped(const GemvNtLaunch& l) {
+  const GemmOperands& o = l.op;
   constexpr int64_t V = 16 / sizeof(T);
-  const bool vec = l.k % V == 0 && l.lda % V == 0 && l.ldb % V == 0 &&
-                   (reinterpret_cast<uintptr_t>(l.a) | reinterpret_cast<uintptr_t>(l.b)) % 16 == 0;
+  const bool vec = o.k % V == 0 && o.lda % V == 0 && o.ldb % V == 0 &&
+                   (reinterpret_cast<uintptr_t>(o.a) | reinterpret_cast<uintptr_t>(o.b)) % 16 == 0;
   const int64_t cols_per_block = int64_t(l.warps) * COLS;
-  const dim3 grid(unsigned((l.n + cols_per_block - 1) / cols_per_block), unsigned((l.m + MT - 1) / MT));
+  const dim3 grid(unsigned((o.n + cols_per_block - 1) / cols_per_block), unsigned((o.m + MT - 1) / MT));
   const dim3 block(unsigned(32 * l.warps));
-  auto* s = static_cast<cudaStream_t>(l.stream);
-  const T* a = static_cast<const T*>(l.a);
-  const T* b = static_cast<const T*>(l.b);
-  T* c = static_cast<T*>(l.c);
+  auto* s = static_cast<cudaStream_t>(o.stream);
+  const T* a = static_cast<const T*>(o.a);
+  const T* b = static_cast<const T*>(o.b);
+  T* c = static_cast<T*>(o.c);
   if (vec)
-    GemvNtKernel<T, MT, COLS, true><<<grid, block, 0, s>>>(a, l.lda, b, l.ldb, c, l.ldc, int(l.m), int(l.n), int(l.k),
-                                                           l.alpha, l.beta);
+    GemvNtKernel<T, MT, COLS, true><<<grid, block, 0, s>>>(a, o.lda, b, o.ldb, c, o.ldc, int(o.m), int(o.n), int(o.k),
+                                                           o.alpha, o.beta);
   else
-    GemvNtKernel<T, MT, COLS, false><<<grid, block, 0, s>>>(a, l.lda, b, l.ldb, c, l.ldc, int(l.m), int(l.n), int(l.k),
-                                                            l.alpha, l.beta);
+    GemvNtKernel<T, MT, COLS, false><<<grid, block, 0, s>>>(a, o.lda, b, o.ldb, c, o.ldc, int(o.m), int(o.n), int(o.k),
+                                                            o.alpha, o.beta);
   return cudaGetLastError();
 }
 

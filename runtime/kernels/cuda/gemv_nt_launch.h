@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/gemm_operands.h"
+
 namespace cliffguard::cuda {
 
 enum class GemvType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
@@ -14,12 +16,7 @@ enum class GemvType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
 struct GemvNtLaunch {
   GemvType type = GemvType::kF32;
   int m_tile = 1, cols = 1, warps = 4;  // m_tile in {1, 2, 4, 8, 16}, cols in {1, 2, 4}
-  int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
-  const void* a = nullptr;
-  const void* b = nullptr;
-  void* c = nullptr;
-  float alpha = 1.0f, beta = 0.0f;
-  void* stream = nullptr;
+  GemmOperands op;                      // layout nt
 };
 
 // Enqueues the kernel; returns the cudaError_t of the launch (0: success).
