@@ -13,6 +13,7 @@
 
 #include "cliffguard/detail/logging.h"
 #include "kernels/cuda/cublas_api.h"
+#include "kernels/cuda/stream_workspace.h"
 
 namespace cliffguard::cuda {
 namespace {
@@ -169,7 +170,7 @@ struct ThreadState {
   uint64_t fallbacks = 0;
   cublasHandle_t blas = nullptr;
   cublasLtHandle_t lt = nullptr;
-  std::vector<std::pair<void*, void*>> workspaces;  // (stream, device buffer)
+  StreamWorkspaces workspaces;  // the cuBLASLt workspace per stream
   std::vector<LtPlan> plans;
   static constexpr size_t kMaxPlans = 256;
 
@@ -180,7 +181,6 @@ struct ThreadState {
   }
   ~ThreadState() {
     plans.clear();
-    for (auto& [stream, buf] : workspaces) cudaFree(buf);
     if (lt) Api().cublasLtDestroy(lt);
     if (blas) Api().cublasDestroy_v2(blas);
   }
@@ -201,18 +201,6 @@ struct ThreadState {
   }
   StatusOr<cublasLtHandle_t> Lt() {
     return Made(lt, [](cublasLtHandle_t* h) { return Api().cublasLtCreate(h); }, "cublasLtCreate");
-  }
-  StatusOr<void*> Workspace(void* stream) {
-    for (auto& [s, buf] : workspaces)
-      if (s == stream) return buf;
-    void* buf = nullptr;
-    if (cudaError_t e = cudaMalloc(&buf, kCublasLtWorkspaceBytes); e != cudaSuccess) {
-      cudaGetLastError();
-      return Internal(fmt::format("cudaMalloc of the {} MiB cuBLASLt workspace failed: {}", kCublasLtWorkspaceBytes >> 20,
-                                  cudaGetErrorString(e)));
-    }
-    workspaces.emplace_back(stream, buf);
-    return buf;
   }
 };
 thread_local ThreadState t_state;
@@ -285,7 +273,8 @@ Status CublasLtGemm(const KernelVariant& self, const GemmArgs& a, const ParamVal
     ++t_state.fallbacks;
     return CublasGemm(self, a, p);
   }
-  CG_ASSIGN_OR_RETURN(void* ws, t_state.Workspace(a.stream));
+  CG_ASSIGN_OR_RETURN(void* ws,
+                      t_state.workspaces.Get(a.stream, kCublasLtWorkspaceBytes, "cuBLASLt workspace"));
   const LtProblem& q = plan->problem;
   const cublasStatus_t s = Api().cublasLtMatmul(lt, q.desc, &a.alpha, a.b, q.first, a.a, q.second, &a.beta, a.c, q.out, a.c,
                                           q.out, &plan->algo, ws, plan->workspace_bytes,

@@ -4,13 +4,12 @@
 
 #include <array>
 #include <limits>
-#include <utility>
-#include <vector>
 
 #include <fmt/format.h>
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemm_mma_launch.h"
+#include "kernels/cuda/stream_workspace.h"
 
 namespace cliffguard::cuda {
 namespace {
@@ -83,34 +82,7 @@ bool MmaRedundant(const KernelVariant&, const OpKey& key, const ParamValues& p) 
          (p[kBn] == 128 && key.n() <= 64);
 }
 
-// The calling thread's split-K workspace per stream, grown on demand.
-struct Workspaces {
-  std::vector<std::pair<void*, std::pair<void*, size_t>>> by_stream;  // stream -> (buffer, bytes)
-  ~Workspaces() {
-    for (auto& [stream, buf] : by_stream) cudaFree(buf.first);
-  }
-  StatusOr<float*> Get(void* stream, size_t bytes) {
-    std::pair<void*, size_t>* slot = nullptr;
-    for (auto& [s, buf] : by_stream)
-      if (s == stream) slot = &buf;
-    if (slot && slot->second >= bytes) return static_cast<float*>(slot->first);
-    if (!slot) {
-      by_stream.push_back({stream, {nullptr, 0}});
-      slot = &by_stream.back().second;
-    }
-    cudaFree(slot->first);  // synchronous: no call still reads it
-    *slot = {nullptr, 0};
-    if (cudaError_t e = cudaMalloc(&slot->first, bytes); e != cudaSuccess) {
-      cudaGetLastError();
-      slot->first = nullptr;
-      return Internal(fmt::format("cudaMalloc of a {} MiB split-K workspace failed: {}", bytes >> 20,
-                                  cudaGetErrorString(e)));
-    }
-    slot->second = bytes;
-    return static_cast<float*>(slot->first);
-  }
-};
-thread_local Workspaces t_workspaces;
+thread_local StreamWorkspaces t_workspaces;  // split-K partials, per stream
 
 Status MmaEntry(const KernelVariant& self, const GemmArgs& a, const ParamValues& p) {
   MmaGemmLaunch l;
@@ -121,7 +93,9 @@ Status MmaEntry(const KernelVariant& self, const GemmArgs& a, const ParamValues&
   l.split = p[kSplitK];
   l.op = OperandsOf(a);
   if (l.split > 1) {
-    CG_ASSIGN_OR_RETURN(l.workspace, t_workspaces.Get(a.stream, MmaWorkspaceBytes(a.m, a.n, l.split)));
+    const size_t bytes = MmaWorkspaceBytes(a.m, a.n, l.split);
+    CG_ASSIGN_OR_RETURN(void* ws, t_workspaces.Get(a.stream, bytes, "split-K workspace"));
+    l.workspace = static_cast<float*>(ws);
   }
   const int e = LaunchMmaGemm(l);
   if (e == 0) return Status::Ok();
