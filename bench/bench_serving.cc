@@ -15,7 +15,8 @@
 //   --shape=M,N,K (repeatable): these shapes (group "custom") replace the serving shapes
 //
 // Rows: packed/ (the packed GEMM's default, m <= 16), gemv/ (the small-m kernels'
-// default, where they run the key), default/ (the built-in default,
+// default, where they run the key, weights in place), gemv_packed/ (the small-m
+// kernels on packed panels, m <= 4), default/ (the built-in default,
 // what a miss runs per call), default_packed/ (the same through a constant-weights
 // plan: B packed once), tuned/ and tuned_packed/ (the --bundle entries of the key
 // and of its weights=constant key, through plans), and the libraries.
@@ -208,6 +209,40 @@ ContenderMaker FirstVariantRow(std::string_view part) {
   };
 }
 
+constexpr int64_t kGemvPackedRowMaxM = 8;  // the packed small-m variants' largest m
+
+// That variant's declared default schedule for the constant-weights key, from weights
+// packed once per rotated copy by its pack_weights.
+ContenderMaker PackedVariantRow(std::string_view part) {
+  return [part](const Shape& s, const OpKey& key, const DeviceInfo& device, int) -> StatusOr<Contender> {
+    OpKey ckey = key;
+    ckey.constant_weights = true;
+    const KernelVariant* v = FirstVariant(part, ckey, device);
+    if (!v || !v->pack_weights) return NotFound(fmt::format("no {} variant packs the key's weights", part));
+    const Schedule sched = VariantDefaultSchedule(*v, ckey, device);
+    struct State {
+      bench::RotatedOperands ops;
+      std::vector<std::unique_ptr<float, decltype(&std::free)>> packed;
+    };
+    auto st = std::make_shared<State>(State{bench::RotatedOperands(s.m, s.n, s.k, CoverBytes(device)), {}});
+    const size_t bytes = (v->packed_weights_bytes(*v, ckey, sched.params) + 63) / 64 * 64;
+    for (auto& x : st->ops.sets) {
+      st->packed.emplace_back(static_cast<float*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64))), &std::free);
+      CG_RETURN_IF_ERROR(v->pack_weights(*v, ckey, sched.params, x.b.data(), key.trans_b ? s.k : s.n,
+                                         st->packed.back().get()));
+      std::vector<float>().swap(x.b);
+    }
+    return Contender{sched.ToString(), [st, ckey, sched](size_t i) {
+                       auto& x = st->ops.sets[i % st->ops.sets.size()];
+                       GemmArgs g = DenseGemmArgs(ckey, x.a.data(), nullptr, x.c.data());
+                       g.b = nullptr;
+                       g.packed_b = st->packed[i % st->packed.size()].get();
+                       return RunGemm(sched, g);
+                     },
+                     [] {}, [] {}, st};
+  };
+}
+
 // The rows, by name: what a miss runs and what the tuned bundle serves (per call and
 // with packed weights), and the libraries a user would call instead.
 const std::vector<std::pair<std::string, ContenderMaker>>& Rows() {
@@ -216,6 +251,8 @@ const std::vector<std::pair<std::string, ContenderMaker>>& Rows() {
       {"packed", FirstVariantRow("_gemm_")},
       // The small-m kernels' default (nt: m <= 16, nn: m <= 4), weights read in place.
       {"gemv", FirstVariantRow("_gemv_")},
+      // The small-m kernels on panels of packed weights (m <= 4, either layout).
+      {"gemv_packed", PackedVariantRow("_gemv_packed_")},
       {"default",
        [](const Shape& s, const OpKey& key, const DeviceInfo& device, int) -> StatusOr<Contender> {
          auto sched = DefaultSchedule(key, device);
@@ -575,6 +612,7 @@ void RegisterShape(const Shape& s, bool nt, int threads, bool paired) {
   for (const auto& [row, make] : Rows()) {
     if (row == "packed" && s.m > 16) continue;
     if (row == "gemv" && !FirstVariant("_gemv_", key, device)) continue;
+    if (row == "gemv_packed" && s.m > kGemvPackedRowMaxM) continue;
     if (row.starts_with("tuned")) {  // only where the bundles hold the key
       OpKey k = key;
       k.constant_weights = row == "tuned_packed";

@@ -308,6 +308,96 @@ void GemvConcurrentCallers(const KernelVariant& v) {
   }
 #include "kernels/cpu/gemv_f32.inc"
 
+// ---- Small-m variants on packed panels (CG_GEMV_PACKED rows) ------------------------
+
+Schedule PackedWith(const KernelVariant& v, int threads, int nv) { return With(v, {{"threads", threads}, {"nv", nv}}); }
+
+// Every m, both layouts and transposed A, every nv whose tile fits, n around the panel
+// widths; from packed weights (the plan's way) and, every third case, from B as
+// stored (the call packs into scratch first).
+void GemvPackedShapes(const KernelVariant& v) {
+  const int64_t w = v.config.gemm.nr;
+  int seed = 0;
+  for (int64_t m = 1; m <= cpu::kGemvPackedMaxM; ++m)
+    for (int64_t n : {w, w + 1, 2 * w - 1, 3 * w, 4 * w, 4 * w + 3, 9 * w + 5})
+      for (int64_t k : {1, 5, 17, 131})
+        for (int tab = 0; tab < 4; ++tab) {
+          const bool ta = tab & 1, tb = tab >> 1;
+          for (int32_t nv : cpu::kGemvNvValues) {
+            GemmTester t;
+            t.shape(m, n, k).trans_a(ta).trans_b(tb).packed_weights(++seed % 3 != 0).seed(uint32_t(seed));
+            if (seed % 4 == 0) t.lda_pad(3).ldb_pad(5).ldc_pad(2);
+            const Schedule s = PackedWith(v, seed % 2 ? TwoThreads() : 1, nv);
+            if (!CheckSchedule(s, t.Key(), Host()).ok() && seed % 3 != 0) continue;  // tile over the registers
+            if (!t.Test(s)) return;
+          }
+        }
+}
+
+void GemvPackedAlphaBeta(const KernelVariant& v) {
+  for (float alpha : {0.0f, 1.0f, -0.5f})
+    for (float beta : {0.0f, 1.0f, 2.5f})
+      for (int tb = 0; tb < 2; ++tb) {
+        GemmTester t;
+        t.shape(3, 150, 70).trans_b(tb).ldc_pad(3).alpha(alpha).beta(beta).nan_c(beta == 0.0f).packed_weights(true);
+        if (!t.Test(VariantDefaultSchedule(v, t.Key(), Host()))) return;
+      }
+}
+
+// The rules: constant-weights keys only, m <= kGemvPackedMaxM, n of a vector or more;
+// a tile over the registers is refused naming nv, m and the register count; the
+// fitted default passes check() on every budget and runs.
+void GemvPackedRules(const KernelVariant& v) {
+  OpKey key = OpKey::Gemm(4, 768, 768, false, true);
+  EXPECT_EQ(VariantSupports(v, key, Host()).code(), StatusCode::kUnimplemented);
+  key.constant_weights = true;
+  EXPECT_TRUE(VariantSupports(v, key, Host()).ok());
+  OpKey wide = OpKey::Gemm(cpu::kGemvPackedMaxM + 1, 768, 768);
+  wide.constant_weights = true;
+  EXPECT_EQ(VariantSupports(v, wide, Host()).code(), StatusCode::kUnimplemented);
+  OpKey narrow = OpKey::Gemm(2, v.config.gemm.nr - 1, 768);
+  narrow.constant_weights = true;
+  EXPECT_EQ(VariantSupports(v, narrow, Host()).code(), StatusCode::kUnimplemented);
+  const int regs = (v.isa & kIsaAvx512) ? 32 : 16;
+  OpKey big_m = OpKey::Gemm(cpu::kGemvPackedMaxM, 768, 768);
+  big_m.constant_weights = true;
+  const Schedule over = PackedWith(v, 1, 4);
+  const Status st = CheckSchedule(over, big_m, Host());
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find(fmt::format("nv=4 with m={} needs {} vector registers, the ISA has {}",
+                                          cpu::kGemvPackedMaxM, cpu::kGemvPackedMaxM * 4 + 6, regs)),
+            std::string::npos)
+      << st.message();
+  for (const auto& sh : ShapesFromData()) {
+    if (sh.m > cpu::kGemvPackedMaxM || sh.n < v.config.gemm.nr) continue;
+    OpKey k = OpKey::Gemm(sh.m, sh.n, sh.k, sh.ta, sh.tb);
+    k.constant_weights = true;
+    for (int threads : {1, 3, 64}) {
+      DeviceInfo d = Host();
+      d.threads = threads;
+      EXPECT_TRUE(CheckSchedule(VariantDefaultSchedule(v, k, d), k, d).ok()) << k.ToString();
+    }
+    GemmTester t;
+    t.shape(sh.m, sh.n, sh.k).trans_a(sh.ta).trans_b(sh.tb).packed_weights(true).nan_c(true);
+    if (!t.Test(VariantDefaultSchedule(v, t.Key(), Host()))) return;
+  }
+}
+
+#define CG_GEMV_PACKED(isa, name, width) \
+  TEST(name, Shapes) {                   \
+    CG_REQUIRE_VARIANT(v, #name);        \
+    GemvPackedShapes(*v);                \
+  }                                      \
+  TEST(name, AlphaBeta) {                \
+    CG_REQUIRE_VARIANT(v, #name);        \
+    GemvPackedAlphaBeta(*v);             \
+  }                                      \
+  TEST(name, Rules) {                    \
+    CG_REQUIRE_VARIANT(v, #name);        \
+    GemvPackedRules(*v);                 \
+  }
+#include "kernels/cpu/gemv_f32.inc"
+
 // ---- The table itself ------------------------------------------------------------
 
 TEST(CpuGemmTable, InventoryIsConsistent) {
@@ -316,6 +406,7 @@ TEST(CpuGemmTable, InventoryIsConsistent) {
   std::vector<std::string> rows;
   size_t num_gemv = 0;
 #define CG_GEMV(isa, name, trans_b) rows.push_back(#name), ++num_gemv;
+#define CG_GEMV_PACKED(isa, name, width) rows.push_back(#name), ++num_gemv;
 #include "kernels/cpu/gemv_f32.inc"
 #define CG_KERNEL(isa, name, mr, nr) rows.push_back(#name);
 #include "kernels/cpu/gemm_f32.inc"

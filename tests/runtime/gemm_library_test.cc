@@ -354,9 +354,11 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
 }
 
 // Decode steps: oneDNN (weights reordered once) where the same rule holds and m is
-// at least 4 (one thread, or weights of 2^21 elements and more) or 16 (more threads,
-// smaller weights); the own kernels below, with per-call
-// weights, for weights narrower than 17 columns and for little work (m*n*k <= 2^21).
+// at least 9 (one thread, or weights of 2^21 elements and more) or 16 (more threads,
+// smaller weights); the own kernels below, with per-call weights, for weights
+// narrower than 17 columns and for little work (m*n*k <= 2^21). Constant weights
+// with m <= kGemvPackedMaxM (and n of a vector or more) run the small-m kernels on
+// packed panels, on every host with AVX2.
 TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
   const bool onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr;
   if (!onednn) GTEST_SKIP() << "this build has no oneDNN variant";
@@ -364,10 +366,10 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
     int64_t m, n, k;
     int min_threads, max_threads;  // the thread budgets that give it to oneDNN (0, 0: none)
   };
-  const Case cases[] = {{1, 4096, 4096, 0, 0},     {3, 4096, 4096, 0, 0},   {4, 768, 768, 1, 1},
-                        {8, 4096, 4096, 1, 256},   {4, 768, 3072, 1, 256},  {15, 2048, 1023, 1, 1},
-                        {16, 768, 768, 1, 256},    {16, 11008, 4096, 1, 256}, {16, 16, 4096, 0, 0},
-                        {8, 64, 64, 0, 0}};
+  const Case cases[] = {{1, 4096, 4096, 0, 0},     {3, 4096, 4096, 0, 0},    {4, 768, 768, 0, 0},
+                        {8, 4096, 4096, 0, 0},     {4, 768, 3072, 0, 0},     {9, 4096, 4096, 1, 256},
+                        {9, 768, 768, 1, 1},       {15, 2048, 1023, 1, 1},   {16, 768, 768, 1, 256},
+                        {16, 11008, 4096, 1, 256}, {16, 16, 4096, 0, 0},     {8, 64, 64, 0, 0}};
   for (const DeviceInfo& d : RuleDevices())
     for (const Case& c : cases)
       for (bool trans_b : {false, true})
@@ -386,6 +388,9 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
             EXPECT_EQ(std::string_view(s->variant->name).find("_onednn"), std::string_view::npos) << s->ToString();
             EXPECT_EQ(std::string_view(s->variant->name).find("_openblas"), std::string_view::npos) << s->ToString();
           }
+          const bool packed_panels = constant && c.m <= cpu::kGemvPackedMaxM && c.n >= 16 && (d.isa & kIsaAvx2);
+          EXPECT_EQ(std::string_view(s->variant->name).starts_with("cpu_f32_gemv_packed__"), packed_panels)
+              << s->ToString();
         }
 }
 

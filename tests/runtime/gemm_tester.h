@@ -48,7 +48,12 @@ class GemmTester {
   // kernel that still reads it fails.
   GemmTester& packed_weights(bool v) { packed_ = v; return *this; }
 
-  OpKey Key() const { return OpKey::Gemm(m_, n_, k_, ta_, tb_); }
+  // The call's key; with packed weights, the constant-weights key a plan runs.
+  OpKey Key() const {
+    OpKey key = OpKey::Gemm(m_, n_, k_, ta_, tb_);
+    key.constant_weights = packed_;
+    return key;
+  }
   std::string Describe() const {
     return fmt::format("m={} n={} k={} t{}{} pads={},{},{} alpha={} beta={}{}{}", m_, n_, k_, ta_ ? 't' : 'n',
                        tb_ ? 't' : 'n', lda_pad_, ldb_pad_, ldc_pad_, alpha_, beta_, nan_c_ ? " nan_c" : "",

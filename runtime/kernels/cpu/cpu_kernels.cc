@@ -33,6 +33,13 @@ Status GemvEntry(const KernelVariant& self, const GemmArgs& args, const ParamVal
   return GemvF32(args, params, kRows);
 }
 
+template <void (*kPanels)(const GemvTask&)>
+Status GemvPackedEntry(const KernelVariant& self, const GemmArgs& args, const ParamValues& params) {
+  if (args.dtype != DType::kF32)
+    return Unimplemented(fmt::format("{}: runs f32, not {}", self.name, DTypeName(args.dtype)));
+  return GemvPackedF32(self, args, params, kPanels);
+}
+
 template <UkernelFn kUkernel, int MR, int NR>
 Status GemmEntry(const KernelVariant& self, const GemmArgs& args, const ParamValues& params) {
   if (args.dtype != DType::kF32)
@@ -117,6 +124,10 @@ std::span<const KernelVariant> CpuKernelVariants() {
                                                                   : std::span<const ParamSpec>(kGemvNNSpecs),     \
    &GemvSupports<trans_b>, &GemvCheck, &GemvFitDefaults<trans_b>, {.gemm = &GemvEntry<&name##_rows>}, {.gemm = {1, 1}}, \
    &OwnDefaultCandidates},
+#define CG_GEMV_PACKED(isa, name, width)                                                                         \
+  {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, kGemvPackedSpecs, &GemvPackedSupports, &GemvPackedCheck,  \
+   &GemvPackedFitDefaults, {.gemm = &GemvPackedEntry<&name##_panels>}, {.gemm = {1, width}}, &OwnDefaultCandidates, \
+   nullptr, &GemvPackedWeightsBytes, &GemvPackWeights},
 #include "kernels/cpu/gemv_f32.inc"
 #define CG_KERNEL(isa, name, mr, nr)                                                                          \
   {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, GemmParamSet<mr, nr>::kSpecs, nullptr, &GemmCheck, \

@@ -44,6 +44,7 @@
 #include "cliffguard/kernel.h"
 #include "kernels/cpu/gemm_driver.h"  // ScaleC
 #include "kernels/cpu/gemm_params.h"  // kGemmThreadValues, ThreadsForWork
+#include "kernels/cpu/gemv_params.h"  // kGemvPackedMaxM
 
 namespace cliffguard::cpu {
 
@@ -83,16 +84,16 @@ Status OnednnCheck(const KernelVariant& v, const OpKey& key, const ParamValues& 
 void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
 // preferred_default(): constant-weights keys on an AVX-512 host, where oneDNN may use
 // the thread budget (one thread, or passive OpenMP waiting), with m at least
-// OnednnDefaultMinM, n > 16 and m*n*k > 2^21: the large class, and decode steps of 4
+// OnednnDefaultMinM, n > 16 and m*n*k > 2^21: the large class, and decode steps of 9
 // to 16 tokens on one thread or with weights of at least 2^21 elements (8 MiB), of 16
 // on more threads with smaller weights. Measured ahead of OpenBLAS and the own
-// kernels there (bench/RESULTS.md, "Built-in default per shape class"): on one
-// thread 1.28x the own GEMV at m = 4 and 1.57x the own small-m kernels at m = 16; on
-// two, 1.34x at m = 16, 1.05-2.08x at m = 4 and 8 with weights from 768 x 3072 up,
-// but behind on 768 x 768 (0.69-0.92x, bar one layout at m = 4). Below those m the
-// own GEMV kernels stream the weights as fast.
+// packed GEMM there (bench/RESULTS.md, "Built-in default per shape class"): on one
+// thread 1.57x the own small-m kernels at m = 16; on two, 1.34x at m = 16, but behind
+// on 768 x 768 (0.69-0.92x). Up to m = kGemvPackedMaxM the own small-m kernels on
+// packed panels (cpu_f32_gemv_packed__*) stream the weights once with C in registers
+// and measured 1.05-2.0x oneDNN at m = 4 to 8 (bench/RESULTS.md, "Packed panels").
 constexpr int64_t OnednnDefaultMinM(int threads, int64_t n, int64_t k) {
-  return threads == 1 || double(n) * double(k) >= double(int64_t{1} << 21) ? 4 : 16;
+  return threads == 1 || double(n) * double(k) >= double(int64_t{1} << 21) ? kGemvPackedMaxM + 1 : 16;
 }
 bool OnednnPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 // candidates: every (threads, reorder_b) pair check() accepts, the fitted threads

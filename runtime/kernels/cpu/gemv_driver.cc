@@ -15,11 +15,13 @@ namespace cliffguard::cpu {
 namespace {
 
 thread_local std::vector<float> tls_a;  // op(A) rows when A is stored transposed
+thread_local std::vector<float> tls_panels;  // op(B) packed per call (a call without packed_b)
 
 struct Job {
   GemvTask task;
   void (*rows)(const GemvTask&);
-  int64_t units;  // 16-column units of n
+  int64_t units;      // units of n split across threads
+  int64_t unit_cols;  // columns per unit
 };
 
 void RunRange(void* ctx, int tid, int nt) {
@@ -27,9 +29,53 @@ void RunRange(void* ctx, int tid, int nt) {
   const int64_t q = job.units / nt, r = job.units % nt;
   const int64_t u0 = tid * q + std::min<int64_t>(tid, r), u1 = u0 + q + (tid < r ? 1 : 0);
   GemvTask t = job.task;
-  t.j0 = std::min(job.task.j1, u0 * 16);
-  t.j1 = std::min(job.task.j1, u1 * 16);
+  t.j0 = std::min(job.task.j1, u0 * job.unit_cols);
+  t.j1 = std::min(job.task.j1, u1 * job.unit_cols);
   if (t.j0 < t.j1) job.rows(t);
+}
+
+// Threads for a small-m key: each streams at least 1 MiB of B, within the budget.
+int32_t GemvThreads(const OpKey& key, const DeviceInfo& device) {
+  const double b_bytes = 4.0 * double(key.n()) * double(key.k());
+  const int64_t limit = std::max<int64_t>(1, std::min<double>(device.threads, b_bytes / double(1 << 20)));
+  int32_t threads = 1;
+  for (int32_t t : kGemmThreadValues)
+    if (t <= limit) threads = t;
+  return threads;
+}
+
+int VectorRegs(const KernelVariant& v) { return (v.isa & kIsaAvx512) ? 32 : 16; }
+
+// A gathered into rows when it is stored transposed (m <= 16, cheap next to B); the
+// task's A, B, C and scalars from args, all of n.
+GemvTask TaskOf(const GemmArgs& args, int block) {
+  GemvTask t;
+  t.m = static_cast<int>(args.m);
+  t.k = args.k;
+  t.a = static_cast<const float*>(args.a);
+  t.lda = args.lda;
+  if (args.trans_a) {
+    tls_a.resize(size_t(args.m * args.k));
+    for (int64_t pp = 0; pp < args.k; ++pp)
+      for (int64_t i = 0; i < args.m; ++i) tls_a[size_t(i * args.k + pp)] = t.a[pp * args.lda + i];
+    t.a = tls_a.data();
+    t.lda = args.k;
+  }
+  t.b = static_cast<const float*>(args.b);
+  t.ldb = args.ldb;
+  t.c = static_cast<float*>(args.c);
+  t.ldc = args.ldc;
+  t.alpha = args.alpha;
+  t.beta = args.beta;
+  t.j0 = 0;
+  t.j1 = args.n;
+  t.block = block;
+  return t;
+}
+
+void RunJob(Job& job, int32_t threads) {
+  const int nt = static_cast<int>(std::clamp<int64_t>(std::min<int64_t>(threads, job.units), 1, ThreadPool::kMaxThreads));
+  ThreadPool::Global().Run(nt, &RunRange, &job);
 }
 
 }  // namespace
@@ -55,11 +101,7 @@ template Status GemvSupports<true>(const KernelVariant&, const OpKey&, const Dev
 
 template <bool kTransB>
 void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
-  const double b_bytes = 4.0 * double(key.n()) * double(key.k());
-  const int64_t limit = std::max<int64_t>(1, std::min<double>(device.threads, b_bytes / double(1 << 20)));
-  int32_t threads = 1;
-  for (int32_t t : kGemmThreadValues)
-    if (t <= limit) threads = t;
+  const int32_t threads = GemvThreads(key, device);
   p[kGemvThreads] = threads;
   if (kTransB) {
     // At least 8 accumulators (two FMA ports of 4 cycles' latency), every row of A in
@@ -84,33 +126,82 @@ template void GemvFitDefaults<false>(const KernelVariant&, const OpKey&, const D
 template void GemvFitDefaults<true>(const KernelVariant&, const OpKey&, const DeviceInfo&, ParamValues&);
 
 Status GemvF32(const GemmArgs& args, const ParamValues& p, void (*rows)(const GemvTask&)) {
-  Job job;
-  GemvTask& t = job.task;
-  t.m = static_cast<int>(args.m);
-  t.k = args.k;
-  t.a = static_cast<const float*>(args.a);
-  t.lda = args.lda;
-  if (args.trans_a) {  // A is k x m: gather op(A) as m rows of k (m <= 16, cheap next to B)
-    tls_a.resize(size_t(args.m * args.k));
-    for (int64_t pp = 0; pp < args.k; ++pp)
-      for (int64_t i = 0; i < args.m; ++i) tls_a[size_t(i * args.k + pp)] = t.a[pp * args.lda + i];
-    t.a = tls_a.data();
-    t.lda = args.k;
+  Job job{TaskOf(args, p[kGemvBlock]), rows, (args.n + 15) / 16, 16};
+  RunJob(job, p[kGemvThreads]);
+  return Status::Ok();
+}
+
+void GemvPanelPack(const float* b, int64_t ld, bool trans_b, int64_t n, int64_t k, int64_t panel, float* dst) {
+  for (int64_t j0 = 0; j0 < n; j0 += panel, dst += k * panel) {
+    const int64_t w = std::min(panel, n - j0);
+    if (trans_b) {  // column j of op(B) is row j of B: read along k, write down the panel
+      for (int64_t j = 0; j < w; ++j)
+        for (int64_t pp = 0; pp < k; ++pp) dst[pp * panel + j] = b[(j0 + j) * ld + pp];
+    } else {
+      for (int64_t pp = 0; pp < k; ++pp) std::copy_n(b + pp * ld + j0, w, dst + pp * panel);
+    }
+    if (w < panel)
+      for (int64_t pp = 0; pp < k; ++pp) std::fill(dst + pp * panel + w, dst + (pp + 1) * panel, 0.0f);
   }
-  t.b = static_cast<const float*>(args.b);
-  t.ldb = args.ldb;
-  t.c = static_cast<float*>(args.c);
-  t.ldc = args.ldc;
-  t.alpha = args.alpha;
-  t.beta = args.beta;
-  t.j0 = 0;
-  t.j1 = args.n;
-  t.block = p[kGemvBlock];
-  job.rows = rows;
-  job.units = (args.n + 15) / 16;
-  const int nt = static_cast<int>(std::clamp<int64_t>(std::min<int64_t>(p[kGemvThreads], job.units), 1,
-                                                      ThreadPool::kMaxThreads));
-  ThreadPool::Global().Run(nt, &RunRange, &job);
+}
+
+Status GemvPackedSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo&) {
+  if (!key.constant_weights)
+    return Unimplemented(fmt::format("{}: runs constant-weights keys (B packed once by a plan); {} packs per call",
+                                     v.name, key.ToString()));
+  if (key.m() > kGemvPackedMaxM)
+    return Unimplemented(fmt::format("{}: m={} is over {}", v.name, key.m(), kGemvPackedMaxM));
+  if (key.n() < v.config.gemm.nr)
+    return Unimplemented(fmt::format("{}: n={} is under one vector of {} columns", v.name, key.n(), v.config.gemm.nr));
+  return Status::Ok();
+}
+
+Status GemvPackedCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device) {
+  if (p[kGemvThreads] > device.threads)
+    return InvalidArgument(
+        fmt::format("{}: threads={} must be <= device threads={}", v.name, p[kGemvThreads], device.threads));
+  if (!GemvPackedTileFits(key.m(), p[kGemvBlock], VectorRegs(v)))
+    return InvalidArgument(fmt::format("{}: nv={} with m={} needs {} vector registers, the ISA has {}", v.name,
+                                       p[kGemvBlock], key.m(), key.m() * p[kGemvBlock] + p[kGemvBlock] + 2,
+                                       VectorRegs(v)));
+  return Status::Ok();
+}
+
+void GemvPackedFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
+  p[kGemvThreads] = GemvThreads(key, device);
+  const int64_t vectors = (key.n() + v.config.gemm.nr - 1) / v.config.gemm.nr;
+  p[kGemvBlock] = kGemvNvValues[0];
+  for (int32_t nv : kGemvNvValues)
+    if (GemvPackedTileFits(std::min(key.m(), kGemvPackedMaxM), nv, VectorRegs(v)) && (nv == 1 || vectors >= nv))
+      p[kGemvBlock] = nv;
+}
+
+size_t GemvPackedWeightsBytes(const KernelVariant& v, const OpKey& key, const ParamValues& p) {
+  return size_t(GemvPanelFloats(key.n(), key.k(), int64_t{v.config.gemm.nr} * p[kGemvBlock])) * sizeof(float);
+}
+
+Status GemvPackWeights(const KernelVariant& v, const OpKey& key, const ParamValues& p, const void* weights, int64_t ld,
+                       void* dst) {
+  if (key.dtype != DType::kF32)
+    return Unimplemented(fmt::format("{}: packs f32 weights, not {}", v.name, DTypeName(key.dtype)));
+  GemvPanelPack(static_cast<const float*>(weights), ld, key.trans_b, key.n(), key.k(),
+                int64_t{v.config.gemm.nr} * p[kGemvBlock], static_cast<float*>(dst));
+  return Status::Ok();
+}
+
+Status GemvPackedF32(const KernelVariant& v, const GemmArgs& args, const ParamValues& p,
+                     void (*panels)(const GemvTask&)) {
+  const int64_t panel = int64_t{v.config.gemm.nr} * p[kGemvBlock];
+  Job job{TaskOf(args, p[kGemvBlock]), panels, (args.n + panel - 1) / panel, panel};
+  if (args.packed_b) {
+    job.task.b = static_cast<const float*>(args.packed_b);
+  } else {
+    tls_panels.resize(size_t(GemvPanelFloats(args.n, args.k, panel)));
+    GemvPanelPack(static_cast<const float*>(args.b), args.ldb, args.trans_b, args.n, args.k, panel, tls_panels.data());
+    job.task.b = tls_panels.data();
+  }
+  job.task.ldb = 0;
+  RunJob(job, p[kGemvThreads]);
   return Status::Ok();
 }
 

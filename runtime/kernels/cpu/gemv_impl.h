@@ -10,6 +10,10 @@
 // nt (B is n x k): a register tile of MI rows of A by NJ rows of B accumulates dot
 // products along k (contiguous in both), then reduces horizontally; for each tile of
 // NJ rows of B every group of MI rows of A passes, so B is read from memory once.
+// packed (either layout, constant weights): op(B) packed into panels of NV vectors'
+// columns, each k rows of the panel contiguous (GemvPanelPack); the m x NV-vector
+// tile of C stays in registers for all of k while its panel streams through once,
+// so C is loaded and stored once per call and B is one sequential read per thread.
 #pragma once
 
 #include <algorithm>
@@ -212,6 +216,75 @@ void NTDispatch(const GemvTask& t) {
   }
 }
 
+// Columns [t.j0, t.j1) of C (t.j0 on a panel boundary) from the panels at t.b.
+template <class T, int M, int NV>
+void PanelRows(const GemvTask& t) {
+  using V = typename T::V;
+  constexpr int W = T::kWidth, P = W * NV;
+  const float* arow[M];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) arow[i] = t.a + i * t.lda;
+  const V alpha = T::Set1(t.alpha), beta = T::Set1(t.beta);
+  for (int64_t j = t.j0; j < t.j1; j += P) {
+    const float* bp = t.b + (j / P) * t.k * P;
+    V acc[M][NV];
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = T::Zero();
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < t.k; ++p, bp += P) {
+      V bv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) bv[v] = T::Load(bp + v * W);
+#pragma GCC unroll 8
+      for (int i = 0; i < M; ++i) {
+        const V a = T::Bcast(arow[i] + p);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) T::FmaAcc(acc[i][v], a, bv[v]);
+      }
+    }
+    const int64_t w = std::min<int64_t>(P, t.j1 - j);
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      float* c = t.c + i * t.ldc + j;
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        const int n = int(std::min<int64_t>(W, w - v * W));
+        if (n <= 0) break;
+        V r = T::Mul(alpha, acc[i][v]);
+        if (t.beta != 0.0f) r = T::Fma(beta, n == W ? T::Load(c + v * W) : T::LoadN(c + v * W, n), r);
+        if (n == W) T::Store(c + v * W, r);
+        else T::StoreN(c + v * W, r, n);
+      }
+    }
+  }
+}
+
+template <class T, int NV>
+void PanelDispatchM(const GemvTask& t) {
+  switch (t.m) {
+    case 1: return PanelRows<T, 1, NV>(t);
+    case 2: return PanelRows<T, 2, NV>(t);
+    case 3: return PanelRows<T, 3, NV>(t);
+    case 4: return PanelRows<T, 4, NV>(t);
+    case 5: return PanelRows<T, 5, NV>(t);
+    case 6: return PanelRows<T, 6, NV>(t);
+    case 7: return PanelRows<T, 7, NV>(t);
+    default: return PanelRows<T, 8, NV>(t);
+  }
+}
+
+// t.block = NV, vectors per panel (1, 2 or 4).
+template <class T>
+void PanelDispatch(const GemvTask& t) {
+  switch (t.block) {
+    case 1: return PanelDispatchM<T, 1>(t);
+    case 2: return PanelDispatchM<T, 2>(t);
+    default: return PanelDispatchM<T, 4>(t);
+  }
+}
+
 template <class T>
 void NNDispatch(const GemvTask& t) {
   switch (t.m) {
@@ -243,4 +316,9 @@ void NNDispatch(const GemvTask& t) {
     if constexpr (trans_b) NTDispatch<traits>(task);                          \
     else NNDispatch<traits>(task);                                            \
   }                                                                           \
+  }
+
+#define CG_DEFINE_GEMV_PACKED_KERNEL(name, traits)                            \
+  namespace cliffguard::cpu {                                                 \
+  void name##_panels(const GemvTask& task) { PanelDispatch<traits>(task); }   \
   }

@@ -10,7 +10,10 @@ namespace cliffguard::cpu {
 //   A is m x k row-major (lda >= k); B is k x n (ldb >= n) or, for the nt kernels,
 //   n x k (ldb >= k); beta == 0: C is not read. 1 <= m <= kGemvMaxM (16).
 //   block: nn kernels: columns of C per block, kept in L1/L2 while all of k streams
-//   through; nt kernels: rows of B (columns of C) per register tile (1, 2, 4, 8).
+//   through; nt kernels: rows of B (columns of C) per register tile (1, 2, 4, 8);
+//   packed kernels: vectors per panel (1, 2, 4).
+//   Packed kernels (m <= kGemvPackedMaxM): b holds op(B) as GemvPanelPack lays it
+//   (ldb unused) and j0 is a multiple of the panel width.
 struct GemvTask {
   int m;
   int64_t k;
@@ -28,6 +31,14 @@ struct GemvTask {
 using GemvRowsFn = void (*)(const GemvTask& task);
 
 #define CG_GEMV(isa, name, trans_b) void name##_rows(const GemvTask& task);
+#define CG_GEMV_PACKED(isa, name, width) void name##_panels(const GemvTask& task);
 #include "kernels/cpu/gemv_f32.inc"
+
+// op(B) (k x n; as stored: n x k rows when trans_b, else k x n, leading dimension
+// ld) into ceil(n / panel) panels of `panel` columns: panel q holds columns
+// [q * panel, (q + 1) * panel) as k rows of `panel` floats, columns past n zero.
+// dst holds GemvPanelFloats(n, k, panel) floats.
+inline int64_t GemvPanelFloats(int64_t n, int64_t k, int64_t panel) { return (n + panel - 1) / panel * panel * k; }
+void GemvPanelPack(const float* b, int64_t ld, bool trans_b, int64_t n, int64_t k, int64_t panel, float* dst);
 
 }  // namespace cliffguard::cpu

@@ -31,6 +31,18 @@ inline constexpr ParamSpec kGemvNTSpecs[] = {
     {"nj", kGemvNjValues, 4, "rows of B (columns of C) per register tile; rows of A per tile: at most 4, as many as the registers hold"},
 };
 
+// The packed variants (CG_GEMV_PACKED rows): constant-weights keys with m at most
+// this, either layout of B (measured ahead of oneDNN up to m = 8, bench/RESULTS.md).
+inline constexpr int64_t kGemvPackedMaxM = 8;
+inline constexpr int32_t kGemvNvValues[] = {1, 2, 4};
+inline constexpr ParamSpec kGemvPackedSpecs[] = {
+    {"threads", kGemmThreadValues, 1, "threads (caller included), each a contiguous range of panels; <= device threads"},
+    {"nv", kGemvNvValues, 4, "vectors per panel of packed B: the panel's columns of C stay in registers for all of k"},
+};
+// The register tile of a packed call: m rows by nv vectors of accumulators, nv
+// vectors of B and a broadcast of A (one register to spare).
+constexpr bool GemvPackedTileFits(int64_t m, int32_t nv, int vector_regs) { return m * nv + nv + 2 <= vector_regs; }
+
 // check(): threads <= device.threads.
 Status GemvCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
 // supports(): m <= GemvMaxM(kTransB) and B in the variant's layout (kTransB: B stored n x k).
@@ -44,5 +56,25 @@ void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
 
 // Runs one call for validated args with the variant's row kernel.
 Status GemvF32(const GemmArgs& args, const ParamValues& p, void (*rows)(const GemvTask&));
+
+// The packed variants. config.gemm.nr is the vector width in floats (16 AVX-512, 8
+// AVX2); a panel is nr * nv columns.
+// supports(): constant-weights keys (PlanGemm with weights: the tuner and the plan
+// pack B outside the calls) with m <= kGemvPackedMaxM and n of at least one vector,
+// either layout.
+Status GemvPackedSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
+// check(): threads <= device.threads; the m x nv tile fits the registers (AVX2: nv = 4
+// only for m <= 2).
+Status GemvPackedCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
+// fit_defaults(): threads as the other small-m variants (each thread streams at
+// least 1 MiB of B); nv the widest whose tile fits and that n fills.
+void GemvPackedFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
+size_t GemvPackedWeightsBytes(const KernelVariant& v, const OpKey& key, const ParamValues& p);
+Status GemvPackWeights(const KernelVariant& v, const OpKey& key, const ParamValues& p, const void* weights, int64_t ld,
+                       void* dst);
+// Runs one call: from args.packed_b, or (a call without packed weights) from op(B)
+// packed into the calling thread's scratch first.
+Status GemvPackedF32(const KernelVariant& v, const GemmArgs& args, const ParamValues& p,
+                     void (*panels)(const GemvTask&));
 
 }  // namespace cliffguard::cpu
