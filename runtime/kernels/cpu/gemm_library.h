@@ -91,7 +91,8 @@ void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInf
 // thread 1.57x the own small-m kernels at m = 16; on two, 1.34x at m = 16, but behind
 // on 768 x 768 (0.69-0.92x). Up to m = kGemvPackedMaxM the own small-m kernels on
 // packed panels (cpu_f32_gemv_packed__*) stream the weights once with C in registers
-// and measured 1.05-2.0x oneDNN at m = 4 to 8 (bench/RESULTS.md, "Packed panels").
+// and measured 1.05-2.3x oneDNN at m = 1 to 8 on a Zen 4 host (bench/RESULTS.md,
+// "packed panels for constant weights").
 constexpr int64_t OnednnDefaultMinM(int threads, int64_t n, int64_t k) {
   return threads == 1 || double(n) * double(k) >= double(int64_t{1} << 21) ? kGemvPackedMaxM + 1 : 16;
 }
