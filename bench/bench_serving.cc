@@ -13,6 +13,9 @@
 //       [--paired_rows=default_packed,tuned_packed,onednn_matmul,openblas] [--bundle=...]
 //   build/bench/bench_serving --print_workload   (the shapes, as a `tune --workload` file)
 //   --shape=M,N,K (repeatable): these shapes (group "custom") replace the serving shapes
+//   --isa=avx2: the rows that pick an own variant (packed, gemv, gemv_packed, default)
+//       decline the AVX-512 ones, as on an AVX2 host (the runtime's rows and the
+//       libraries still run as the host allows)
 //
 // Rows: packed/ (the packed GEMM's default, m <= 16), gemv/ (the small-m kernels'
 // default, where they run the key, weights in place), gemv_packed/ (the small-m
@@ -87,6 +90,7 @@ struct Shape {
 };
 
 std::vector<Shape> g_shapes;  // --shape=M,N,K (group "custom"); empty: the serving shapes
+bool g_avx2_only = false;     // --isa=avx2: the own variant rows as on a host without AVX-512
 
 const std::vector<Shape>& Shapes() {
   static const std::vector<Shape> shapes = [] {
@@ -602,7 +606,8 @@ void TimePaired(benchmark::State& st, const Shape& s, const OpKey& key, const De
 void RegisterShape(const Shape& s, bool nt, int threads, bool paired) {
   const std::string suffix = fmt::format("{}/{}/m={}/n={}/k={}/threads:{}", s.group, nt ? "nt" : "nn", s.m, s.n, s.k, threads);
   const OpKey key = OpKey::Gemm(s.m, s.n, s.k, false, nt);
-  const DeviceInfo device = HostCpuDevice(threads);
+  DeviceInfo device = HostCpuDevice(threads);
+  if (g_avx2_only) device.isa &= ~uint32_t{kIsaAvx512};
   if (paired) {
     benchmark::RegisterBenchmark(("paired/" + suffix).c_str(), [s, key, device, threads, suffix](benchmark::State& st) {
       TimePaired(st, s, key, device, threads, suffix);
@@ -733,6 +738,9 @@ int main(int argc, char** argv) {
       cliffguard::g_window_s = std::atof(argv[i] + 19) * 1e-3;
       if (!(cliffguard::g_window_s > 0))
         return std::fprintf(stderr, "--paired_window_ms=%s: must be a positive number\n", argv[i] + 19), 2;
+    } else if (arg.starts_with("--isa=")) {
+      if (arg != "--isa=avx2") return std::fprintf(stderr, "%s: the one value is avx2\n", argv[i]), 2;
+      cliffguard::g_avx2_only = true;
     } else if (arg.starts_with("--paired_rows=")) {
       cliffguard::g_paired_rows.clear();
       cliffguard::bench::SplitInto(argv[i] + 14, cliffguard::g_paired_rows);

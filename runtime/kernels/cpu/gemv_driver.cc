@@ -151,6 +151,10 @@ Status GemvPackedSupports(const KernelVariant& v, const OpKey& key, const Device
                                      v.name, key.ToString()));
   if (key.m() > kGemvPackedMaxM)
     return Unimplemented(fmt::format("{}: m={} is over {}", v.name, key.m(), kGemvPackedMaxM));
+  if (!GemvPackedTileFits(key.m(), kGemvPackedMinNv, VectorRegs(v)))
+    return Unimplemented(fmt::format("{}: m={} rows by nv={} vectors of accumulators do not fit the ISA's {} vector "
+                                     "registers",
+                                     v.name, key.m(), kGemvPackedMinNv, VectorRegs(v)));
   if (key.n() < v.config.gemm.nr)
     return Unimplemented(fmt::format("{}: n={} is under one vector of {} columns", v.name, key.n(), v.config.gemm.nr));
   return Status::Ok();

@@ -42,6 +42,10 @@ inline constexpr ParamSpec kGemvPackedSpecs[] = {
 // The register tile of a packed call: m rows by nv vectors of accumulators, nv
 // vectors of B and a broadcast of A (one register to spare).
 constexpr bool GemvPackedTileFits(int64_t m, int32_t nv, int vector_regs) { return m * nv + nv + 2 <= vector_regs; }
+// The narrowest panel a key's m must fit with (supports()): with one vector of B per
+// m broadcasts of A a call reads A more than B, and measured behind the in-place
+// kernels on AVX2 at m = 8 (bench/RESULTS.md). So AVX2 runs m <= 6, AVX-512 m <= 8.
+inline constexpr int32_t kGemvPackedMinNv = 2;
 
 // check(): threads <= device.threads.
 Status GemvCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
@@ -60,8 +64,8 @@ Status GemvF32(const GemmArgs& args, const ParamValues& p, void (*rows)(const Ge
 // The packed variants. config.gemm.nr is the vector width in floats (16 AVX-512, 8
 // AVX2); a panel is nr * nv columns.
 // supports(): constant-weights keys (PlanGemm with weights: the tuner and the plan
-// pack B outside the calls) with m <= kGemvPackedMaxM and n of at least one vector,
-// either layout.
+// pack B outside the calls) with m <= kGemvPackedMaxM whose tile fits with
+// kGemvPackedMinNv, and n of at least one vector, either layout.
 Status GemvPackedSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 // check(): threads <= device.threads; the m x nv tile fits the registers (AVX2: nv = 4
 // only for m <= 2).
