@@ -237,12 +237,6 @@ void PanelRows(const GemvTask& t) {
       V bv[NV];
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) bv[v] = T::Load(bp + v * W);
-      // m = 1 on AVX-512: separate loads of B, not folded into the FMAs (measured ahead
-      // in 4 of 5 paired runs on Zen 4; on AVX2 the folded form was ahead, bench/RESULTS.md).
-      if constexpr (M == 1 && T::kWidth >= 16) {
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) asm volatile("" : "+x"(bv[v]));
-      }
 #pragma GCC unroll 8
       for (int i = 0; i < M; ++i) {
         const V a = T::Bcast(arow[i] + p);
