@@ -19,7 +19,7 @@
 //
 // Rows: packed/ (the packed GEMM's default, m <= 16), gemv/ (the small-m kernels'
 // default, where they run the key, weights in place), gemv_packed/ (the small-m
-// kernels on packed panels, m <= 4), default/ (the built-in default,
+// kernels on packed panels, where they run the key's constant-weights form), default/ (the built-in default,
 // what a miss runs per call), default_packed/ (the same through a constant-weights
 // plan: B packed once), tuned/ and tuned_packed/ (the --bundle entries of the key
 // and of its weights=constant key, through plans), and the libraries.
@@ -213,14 +213,16 @@ ContenderMaker FirstVariantRow(std::string_view part) {
   };
 }
 
-constexpr int64_t kGemvPackedRowMaxM = 8;  // the packed small-m variants' largest m
+OpKey ConstantWeights(OpKey key) {
+  key.constant_weights = true;
+  return key;
+}
 
 // That variant's declared default schedule for the constant-weights key, from weights
 // packed once per rotated copy by its pack_weights.
 ContenderMaker PackedVariantRow(std::string_view part) {
   return [part](const Shape& s, const OpKey& key, const DeviceInfo& device, int) -> StatusOr<Contender> {
-    OpKey ckey = key;
-    ckey.constant_weights = true;
+    const OpKey ckey = ConstantWeights(key);
     const KernelVariant* v = FirstVariant(part, ckey, device);
     if (!v || !v->pack_weights) return NotFound(fmt::format("no {} variant packs the key's weights", part));
     const Schedule sched = VariantDefaultSchedule(*v, ckey, device);
@@ -255,7 +257,7 @@ const std::vector<std::pair<std::string, ContenderMaker>>& Rows() {
       {"packed", FirstVariantRow("_gemm_")},
       // The small-m kernels' default (nt: m <= 16, nn: m <= 4), weights read in place.
       {"gemv", FirstVariantRow("_gemv_")},
-      // The small-m kernels on panels of packed weights (m <= 4, either layout).
+      // The small-m kernels on panels of packed weights (either layout), where they run the key.
       {"gemv_packed", PackedVariantRow("_gemv_packed_")},
       {"default",
        [](const Shape& s, const OpKey& key, const DeviceInfo& device, int) -> StatusOr<Contender> {
@@ -269,9 +271,7 @@ const std::vector<std::pair<std::string, ContenderMaker>>& Rows() {
        }},
       {"tuned_packed",
        [](const Shape& s, const OpKey& key, const DeviceInfo& device, int threads) -> StatusOr<Contender> {
-         OpKey packed_key = key;
-         packed_key.constant_weights = true;
-         if (!BundleHits(threads, packed_key)) return NotFound("no bundle entry");
+         if (!BundleHits(threads, ConstantWeights(key))) return NotFound("no bundle entry");
          return PlansContender(RuntimeFor(threads), s, key, device);
        }},
       {"tuned",
@@ -617,7 +617,7 @@ void RegisterShape(const Shape& s, bool nt, int threads, bool paired) {
   for (const auto& [row, make] : Rows()) {
     if (row == "packed" && s.m > 16) continue;
     if (row == "gemv" && !FirstVariant("_gemv_", key, device)) continue;
-    if (row == "gemv_packed" && s.m > kGemvPackedRowMaxM) continue;
+    if (row == "gemv_packed" && !FirstVariant("_gemv_packed_", ConstantWeights(key), device)) continue;
     if (row.starts_with("tuned")) {  // only where the bundles hold the key
       OpKey k = key;
       k.constant_weights = row == "tuned_packed";

@@ -26,24 +26,27 @@ constexpr double kFlopsPerThread = 2e6;
 // fit_defaults reads B in place (pack_b = 0) when M has at most this many mr panels.
 constexpr int64_t kInPlaceBMaxPanels = 2;
 
+// Every own CPU GEMM variant runs f32 only.
+Status RequireF32(const KernelVariant& self, DType dtype) {
+  if (dtype != DType::kF32) return Unimplemented(fmt::format("{}: runs f32, not {}", self.name, DTypeName(dtype)));
+  return Status::Ok();
+}
+
 template <void (*kRows)(const GemvTask&)>
 Status GemvEntry(const KernelVariant& self, const GemmArgs& args, const ParamValues& params) {
-  if (args.dtype != DType::kF32)
-    return Unimplemented(fmt::format("{}: runs f32, not {}", self.name, DTypeName(args.dtype)));
+  CG_RETURN_IF_ERROR(RequireF32(self, args.dtype));
   return GemvF32(args, params, kRows);
 }
 
 template <void (*kPanels)(const GemvTask&)>
 Status GemvPackedEntry(const KernelVariant& self, const GemmArgs& args, const ParamValues& params) {
-  if (args.dtype != DType::kF32)
-    return Unimplemented(fmt::format("{}: runs f32, not {}", self.name, DTypeName(args.dtype)));
+  CG_RETURN_IF_ERROR(RequireF32(self, args.dtype));
   return GemvPackedF32(self, args, params, kPanels);
 }
 
 template <UkernelFn kUkernel, int MR, int NR>
 Status GemmEntry(const KernelVariant& self, const GemmArgs& args, const ParamValues& params) {
-  if (args.dtype != DType::kF32)
-    return Unimplemented(fmt::format("{}: runs f32, not {}", self.name, DTypeName(args.dtype)));
+  CG_RETURN_IF_ERROR(RequireF32(self, args.dtype));
   return GemmF32(args, BlockingFromParams(params), kUkernel, MR, NR);
 }
 

@@ -10,12 +10,13 @@
 #include "kernels/cpu/gemv_kernel.h"
 #include "kernels/cpu/gemv_params.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/thread_scratch.h"
 
 namespace cliffguard::cpu {
 namespace {
 
 thread_local std::vector<float> tls_a;  // op(A) rows when A is stored transposed
-thread_local std::vector<float> tls_panels;  // op(B) packed per call (a call without packed_b)
+thread_local ThreadScratch tls_panels;  // op(B) packed per call (a call without packed_b)
 
 struct Job {
   GemvTask task;
@@ -173,7 +174,7 @@ Status GemvPackedCheck(const KernelVariant& v, const OpKey& key, const ParamValu
 
 void GemvPackedFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
   p[kGemvThreads] = GemvThreads(key, device);
-  const int64_t vectors = (key.n() + v.config.gemm.nr - 1) / v.config.gemm.nr;
+  const int64_t vectors = CeilDiv(key.n(), v.config.gemm.nr);
   p[kGemvBlock] = kGemvNvValues[0];
   for (int32_t nv : kGemvNvValues)
     if (GemvPackedTileFits(std::min(key.m(), kGemvPackedMaxM), nv, VectorRegs(v)) && (nv == 1 || vectors >= nv))
@@ -196,13 +197,17 @@ Status GemvPackWeights(const KernelVariant& v, const OpKey& key, const ParamValu
 Status GemvPackedF32(const KernelVariant& v, const GemmArgs& args, const ParamValues& p,
                      void (*panels)(const GemvTask&)) {
   const int64_t panel = int64_t{v.config.gemm.nr} * p[kGemvBlock];
-  Job job{TaskOf(args, p[kGemvBlock]), panels, (args.n + panel - 1) / panel, panel};
+  Job job{TaskOf(args, p[kGemvBlock]), panels, CeilDiv(args.n, panel), panel};
   if (args.packed_b) {
     job.task.b = static_cast<const float*>(args.packed_b);
   } else {
-    tls_panels.resize(size_t(GemvPanelFloats(args.n, args.k, panel)));
-    GemvPanelPack(static_cast<const float*>(args.b), args.ldb, args.trans_b, args.n, args.k, panel, tls_panels.data());
-    job.task.b = tls_panels.data();
+    const int64_t floats = GemvPanelFloats(args.n, args.k, panel);
+    float* scratch = tls_panels.Get(floats);
+    if (!scratch)
+      return Internal(fmt::format("{}: cannot allocate {} bytes to pack B for a call without packed weights", v.name,
+                                  floats * static_cast<int64_t>(sizeof(float))));
+    GemvPanelPack(static_cast<const float*>(args.b), args.ldb, args.trans_b, args.n, args.k, panel, scratch);
+    job.task.b = scratch;
   }
   job.task.ldb = 0;
   RunJob(job, p[kGemvThreads]);

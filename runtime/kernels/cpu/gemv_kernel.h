@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/thread_scratch.h"  // RoundUp
+
 namespace cliffguard::cpu {
 
 // C[0:m, j0:j1] = alpha * A * op(B)[:, j0:j1] + beta * C[0:m, j0:j1].
@@ -38,7 +40,7 @@ using GemvRowsFn = void (*)(const GemvTask& task);
 // ld) into ceil(n / panel) panels of `panel` columns: panel q holds columns
 // [q * panel, (q + 1) * panel) as k rows of `panel` floats, columns past n zero.
 // dst holds GemvPanelFloats(n, k, panel) floats.
-inline int64_t GemvPanelFloats(int64_t n, int64_t k, int64_t panel) { return (n + panel - 1) / panel * panel * k; }
+inline int64_t GemvPanelFloats(int64_t n, int64_t k, int64_t panel) { return RoundUp(n, panel) * k; }
 void GemvPanelPack(const float* b, int64_t ld, bool trans_b, int64_t n, int64_t k, int64_t panel, float* dst);
 
 }  // namespace cliffguard::cpu
