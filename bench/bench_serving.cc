@@ -13,11 +13,15 @@
 //       [--paired_rows=default_packed,tuned_packed,onednn_matmul,openblas] [--bundle=...]
 //   build/bench/bench_serving --print_workload   (the shapes, as a `tune --workload` file)
 //   --shape=M,N,K (repeatable): these shapes (group "custom") replace the serving shapes
+//   --schedule="VARIANT NAME=VALUE ..." (repeatable): rows schedule1, schedule2, ... for
+//       --paired_rows: that schedule (parameters not named fitted per key; weights
+//       packed once when the variant packs them)
 //   --isa=avx2: the rows that pick an own variant (packed, gemv, gemv_packed, default)
 //       decline the AVX-512 ones, as on an AVX2 host (the runtime's rows and the
 //       libraries still run as the host allows)
 //
-// Rows: packed/ (the packed GEMM's default, m <= 16), gemv/ (the small-m kernels'
+// Rows: packed/ (the packed GEMM's default, m <= 16), gemm_packed/ (the same on
+// weights packed once; --paired_rows only), gemv/ (the small-m kernels'
 // default, where they run the key, weights in place), gemv_packed/ (the small-m
 // kernels on packed panels, where they run the key's constant-weights form), default/ (the built-in default,
 // what a miss runs per call), default_packed/ (the same through a constant-weights
@@ -218,34 +222,62 @@ OpKey ConstantWeights(OpKey key) {
   return key;
 }
 
+// `sched` on the constant-weights key, from weights packed once per rotated copy by
+// its variant's pack_weights.
+StatusOr<Contender> PackedScheduleContender(const Shape& s, const OpKey& ckey, const Schedule& sched,
+                                            const DeviceInfo& device) {
+  const KernelVariant* v = sched.variant;
+  struct State {
+    bench::RotatedOperands ops;
+    std::vector<std::unique_ptr<float, decltype(&std::free)>> packed;
+  };
+  auto st = std::make_shared<State>(State{bench::RotatedOperands(s.m, s.n, s.k, CoverBytes(device)), {}});
+  const size_t bytes = (v->packed_weights_bytes(*v, ckey, sched.params) + 63) / 64 * 64;
+  for (auto& x : st->ops.sets) {
+    st->packed.emplace_back(static_cast<float*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64))), &std::free);
+    CG_RETURN_IF_ERROR(v->pack_weights(*v, ckey, sched.params, x.b.data(), ckey.trans_b ? s.k : s.n,
+                                       st->packed.back().get()));
+    std::vector<float>().swap(x.b);
+  }
+  return Contender{sched.ToString(), [st, ckey, sched](size_t i) {
+                     auto& x = st->ops.sets[i % st->ops.sets.size()];
+                     GemmArgs g = DenseGemmArgs(ckey, x.a.data(), nullptr, x.c.data());
+                     g.b = nullptr;
+                     g.packed_b = st->packed[i % st->packed.size()].get();
+                     return RunGemm(sched, g);
+                   },
+                   [] {}, [] {}, st};
+}
+
 // That variant's declared default schedule for the constant-weights key, from weights
-// packed once per rotated copy by its pack_weights.
+// packed once per rotated copy.
 ContenderMaker PackedVariantRow(std::string_view part) {
   return [part](const Shape& s, const OpKey& key, const DeviceInfo& device, int) -> StatusOr<Contender> {
     const OpKey ckey = ConstantWeights(key);
     const KernelVariant* v = FirstVariant(part, ckey, device);
     if (!v || !v->pack_weights) return NotFound(fmt::format("no {} variant packs the key's weights", part));
-    const Schedule sched = VariantDefaultSchedule(*v, ckey, device);
-    struct State {
-      bench::RotatedOperands ops;
-      std::vector<std::unique_ptr<float, decltype(&std::free)>> packed;
-    };
-    auto st = std::make_shared<State>(State{bench::RotatedOperands(s.m, s.n, s.k, CoverBytes(device)), {}});
-    const size_t bytes = (v->packed_weights_bytes(*v, ckey, sched.params) + 63) / 64 * 64;
-    for (auto& x : st->ops.sets) {
-      st->packed.emplace_back(static_cast<float*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64))), &std::free);
-      CG_RETURN_IF_ERROR(v->pack_weights(*v, ckey, sched.params, x.b.data(), key.trans_b ? s.k : s.n,
-                                         st->packed.back().get()));
-      std::vector<float>().swap(x.b);
-    }
-    return Contender{sched.ToString(), [st, ckey, sched](size_t i) {
-                       auto& x = st->ops.sets[i % st->ops.sets.size()];
-                       GemmArgs g = DenseGemmArgs(ckey, x.a.data(), nullptr, x.c.data());
-                       g.b = nullptr;
-                       g.packed_b = st->packed[i % st->packed.size()].get();
-                       return RunGemm(sched, g);
-                     },
-                     [] {}, [] {}, st};
+    return PackedScheduleContender(s, ckey, VariantDefaultSchedule(*v, ckey, device), device);
+  };
+}
+
+// --schedule=TEXT rows (schedule1, schedule2, ...): "VARIANT NAME=VALUE ...", the
+// parameters not named fitted to each key as the variant's default; weights packed
+// once when the variant packs them, else per call. A key the schedule cannot run
+// (CheckSchedule) has no such row.
+std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>> g_schedules;
+
+ContenderMaker ScheduleRow(size_t i) {
+  return [i](const Shape& s, const OpKey& key, const DeviceInfo& device, int threads) -> StatusOr<Contender> {
+    const auto& [variant, named] = g_schedules[i];
+    const KernelVariant* v = FindKernelVariant(variant);
+    if (!v) return NotFound(fmt::format("--schedule: no kernel variant '{}'", variant));
+    const OpKey ckey = v->pack_weights ? ConstantWeights(key) : key;
+    Schedule sched = VariantDefaultSchedule(*v, ckey, HostCpuDevice(threads));
+    uint32_t seen = 0;
+    for (const auto& [name, value] : named) CG_RETURN_IF_ERROR(sched.SetParam(name, value, seen));
+    CG_RETURN_IF_ERROR(CheckSchedule(sched, ckey, device));
+    if (ckey.constant_weights) return PackedScheduleContender(s, ckey, sched, device);
+    return ScheduleContender(s, key, device, sched);
   };
 }
 
@@ -255,6 +287,8 @@ const std::vector<std::pair<std::string, ContenderMaker>>& Rows() {
   static const std::vector<std::pair<std::string, ContenderMaker>> rows = {
       // The packed GEMM's default (what a miss ran before the small-m kernels), m <= 16.
       {"packed", FirstVariantRow("_gemm_")},
+      // The packed GEMM's default on weights packed once (its constant-weights form), any m.
+      {"gemm_packed", PackedVariantRow("_gemm_")},
       // The small-m kernels' default (nt: m <= 16, nn: m <= 4), weights read in place.
       {"gemv", FirstVariantRow("_gemv_")},
       // The small-m kernels on panels of packed weights (either layout), where they run the key.
@@ -374,6 +408,11 @@ const std::vector<std::pair<std::string, ContenderMaker>>& Rows() {
 const ContenderMaker* RowMaker(std::string_view name) {
   for (const auto& [n, make] : Rows())
     if (n == name) return &make;
+  static std::vector<ContenderMaker> schedule_rows;
+  if (schedule_rows.size() < g_schedules.size())
+    for (size_t i = schedule_rows.size(); i < g_schedules.size(); ++i) schedule_rows.push_back(ScheduleRow(i));
+  for (size_t i = 0; i < g_schedules.size(); ++i)
+    if (name == fmt::format("schedule{}", i + 1)) return &schedule_rows[i];
   return nullptr;
 }
 
@@ -616,6 +655,7 @@ void RegisterShape(const Shape& s, bool nt, int threads, bool paired) {
   }
   for (const auto& [row, make] : Rows()) {
     if (row == "packed" && s.m > 16) continue;
+    if (row == "gemm_packed") continue;  // --paired_rows only
     if (row == "gemv" && !FirstVariant("_gemv_", key, device)) continue;
     if (row == "gemv_packed" && !FirstVariant("_gemv_packed_", ConstantWeights(key), device)) continue;
     if (row.starts_with("tuned")) {  // only where the bundles hold the key
@@ -741,15 +781,34 @@ int main(int argc, char** argv) {
     } else if (arg.starts_with("--isa=")) {
       if (arg != "--isa=avx2") return std::fprintf(stderr, "%s: the one value is avx2\n", argv[i]), 2;
       cliffguard::g_avx2_only = true;
+    } else if (arg.starts_with("--schedule=")) {
+      std::vector<std::string> words;
+      for (std::string_view rest = arg.substr(11); !rest.empty();) {
+        const size_t sp = rest.find(' ');
+        if (sp != 0) words.emplace_back(rest.substr(0, sp));
+        rest = sp == std::string_view::npos ? std::string_view() : rest.substr(sp + 1);
+      }
+      if (words.empty()) return std::fprintf(stderr, "--schedule=: names no kernel variant\n"), 2;
+      auto& [variant, named] = cliffguard::g_schedules.emplace_back(words[0], std::vector<std::pair<std::string, int64_t>>{});
+      if (!cliffguard::FindKernelVariant(variant))
+        return std::fprintf(stderr, "--schedule: no kernel variant '%s'\n", variant.c_str()), 2;
+      for (size_t w = 1; w < words.size(); ++w) {
+        const size_t eq = words[w].find('=');
+        char* end = nullptr;
+        const long long v = eq == std::string::npos ? 0 : std::strtoll(words[w].c_str() + eq + 1, &end, 10);
+        if (eq == std::string::npos || eq == 0 || !end || *end != '\0' || end == words[w].c_str() + eq + 1)
+          return std::fprintf(stderr, "--schedule: '%s' is not NAME=INTEGER\n", words[w].c_str()), 2;
+        named.emplace_back(words[w].substr(0, eq), v);
+      }
     } else if (arg.starts_with("--paired_rows=")) {
       cliffguard::g_paired_rows.clear();
       cliffguard::bench::SplitInto(argv[i] + 14, cliffguard::g_paired_rows);
-      for (const auto& r : cliffguard::g_paired_rows)
-        if (!cliffguard::RowMaker(r)) return std::fprintf(stderr, "--paired_rows: unknown row '%s'\n", r.c_str()), 2;
     } else {
       rest.push_back(argv[i]);
     }
   }
+  for (const auto& r : cliffguard::g_paired_rows)
+    if (!cliffguard::RowMaker(r)) return std::fprintf(stderr, "--paired_rows: unknown row '%s'\n", r.c_str()), 2;
   if (print_workload) {  // the shapes as a tuner workload (constant weights)
     for (const auto& s : cliffguard::Shapes())
       for (bool nt : {false, true}) {

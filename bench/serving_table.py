@@ -116,8 +116,8 @@ def main():
                 r_def.append(ours / med[(a.baseline, k)][0])
         low = min(lows) if lows else (float("nan"), "-")
         worst.extend((r, f"{g} {lay} {s} t{t}") for r, s in lows)
-        print(f"| {g} | {lay} | {t} | {len(ks)} | {geomean(r_lib):.2f}x | {low[0]:.2f}x ({low[1]}) "
-              f"| {geomean(r_def):.2f}x |")
+        print(f"| {g} | {lay} | {t} | {len(ks)} | {geomean(r_lib):.3f}x | {low[0]:.3f}x ({low[1]}) "
+              f"| {geomean(r_def):.3f}x |")
     print()
     below = sorted(x for x in worst if x[0] < 0.9)
     print(f"shapes below 0.9x the best library: {len(below)} of {len(worst)}"
