@@ -501,6 +501,7 @@ Status GemmConvF32(const Conv2dArgs& args, const ParamValues& p, UkernelFn ukern
   c.blk.prefetch = p[kCgPrefetch];
   c.blk.pack_a = p[kCgPackA] != 0;
   c.blk.pack_b = true;
+  c.blk.prefetch_next = args.packed_weights != nullptr;  // a plan's filter, cold between layers
   c.m_block = p[kCgMBlock];
   c.uk = ukernel;
   c.mr = mr;

@@ -204,9 +204,47 @@ BView PrepareB(const Ctx& c, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, i
   return v;
 }
 
-// Micro-kernel loops over B panels [q0, q1) and all A panels of one block.
+// A B panel in contiguous memory (packed), as the L2 prefetch of the panel that runs
+// next sees it: its first float and its length in cache lines. Empty: nothing to fetch.
+struct Panel {
+  const float* base = nullptr;
+  int64_t lines = 0;
+};
+
+int64_t PanelLines(const Ctx& c, int64_t kcb) { return kcb * c.nr * int64_t{sizeof(float)} / 64; }
+
+// Panel q of a block view, when its panels are contiguous (packed).
+Panel ViewPanel(const Ctx& c, const BView& bv, int64_t q, int64_t kcb) {
+  if (bv.ks != c.nr || q == bv.edge_q) return {};
+  return {bv.base + q * bv.panel_stride, PanelLines(c, kcb)};
+}
+
+// Panel q of the block at (jc, pc) of constant weights packed ahead (PackWeightsF32's
+// layout); empty when there are none.
+Panel PackedPanel(const Ctx& c, int64_t jc, int64_t pc, int64_t q) {
+  if (!c.packed_b) return {};
+  const int64_t kcb = std::min(c.blk.kc, c.k - pc);
+  return {c.packed_b + pc * c.n_pad + jc * kcb + q * c.nr * kcb, PanelLines(c, kcb)};
+}
+
+// The panel a thread runs after the last of block (jc, pc, ic), whose first panel is
+// q (the same in the blocks that follow: the thread's share depends on the block's
+// width, equal for blocks of one jc): the block again for the next ic, else the next
+// depth block, else (next_jc < end) the next column block. The caller passes `next_q`
+// for the next column block.
+Panel AfterBlock(const Ctx& c, const BView& bv, int64_t kcb, int64_t q, int64_t ic_next, int64_t ic_end,
+                 int64_t jc, int64_t pc, int64_t next_jc, int64_t jc_end, int64_t next_q) {
+  if (ic_next < ic_end) return ViewPanel(c, bv, q, kcb);
+  if (pc + kcb < c.k) return PackedPanel(c, jc, pc + kcb, q);
+  if (next_jc < jc_end) return PackedPanel(c, next_jc, 0, next_q);
+  return {};
+}
+
+// Micro-kernel loops over B panels [q0, q1) and all A panels of one block. The panel
+// after each (q + 1, then `after` for the last) is prefetched into L2 over the
+// micro-kernel calls of the one before it.
 void ComputeBlock(const Ctx& c, const AView& av, const BView& bv, int64_t ic, int64_t mcb, int64_t jc, int64_t ncb,
-                  int64_t kcb, float beta, int64_t q0, int64_t q1) {
+                  int64_t kcb, float beta, int64_t q0, int64_t q1, Panel after) {
   UkArgs u;
   u.kc = kcb;
   u.ldc = c.ldc;
@@ -227,10 +265,15 @@ void ComputeBlock(const Ctx& c, const AView& av, const BView& bv, int64_t ic, in
       u.b_ks = bv.ks;
     }
     float* cq = c.c + ic * c.ldc + jc + q * c.nr;
+    Panel next{};
+    if (c.blk.prefetch_next) next = q + 1 < q1 ? ViewPanel(c, bv, q + 1, kcb) : after;
     for (int64_t r = 0; r < rpanels; ++r) {
       u.m = static_cast<int>(std::min<int64_t>(c.mr, mcb - r * c.mr));
       u.a = av.base + r * av.panel_stride;
       u.c = cq + r * c.mr * c.ldc;
+      const int64_t l0 = next.lines * r / rpanels, l1 = next.lines * (r + 1) / rpanels;
+      u.next_b = reinterpret_cast<const char*>(next.base) + l0 * 64;
+      u.next_b_lines = l1 - l0;
       c.uk(u);
     }
   }
@@ -254,7 +297,8 @@ void RunParN(const Ctx& c, int tid, int nt) {
       for (int64_t ic = 0; ic < c.m; ic += blk.mc) {
         const int64_t mcb = std::min(blk.mc, c.m - ic);
         const AView av = PrepareA(c, ic, mcb, pc, kcb, 0, CeilDiv(mcb, c.mr), pa);
-        ComputeBlock(c, av, bv, ic, mcb, jc, ncb, kcb, beta, 0, qn);
+        ComputeBlock(c, av, bv, ic, mcb, jc, ncb, kcb, beta, 0, qn,
+                     AfterBlock(c, bv, kcb, 0, ic + blk.mc, c.m, jc, pc, jc + blk.nc, n1, 0));
       }
     }
   }
@@ -280,7 +324,8 @@ void RunParM(const Ctx& c, int tid, int nt) {
       for (int64_t ic = m0; ic < m1; ic += blk.mc) {
         const int64_t mcb = std::min(blk.mc, m1 - ic);
         const AView av = PrepareA(c, ic, mcb, pc, kcb, 0, CeilDiv(mcb, c.mr), pa);
-        ComputeBlock(c, av, bv, ic, mcb, jc, ncb, kcb, beta, 0, qn);
+        ComputeBlock(c, av, bv, ic, mcb, jc, ncb, kcb, beta, 0, qn,
+                     AfterBlock(c, bv, kcb, 0, ic + blk.mc, m1, jc, pc, jc + blk.nc, c.n, 0));
       }
       if (!c.packed_b) c.barrier->Wait(nt);  // every thread is done with it
     }
@@ -307,7 +352,10 @@ void RunParMicroPanels(const Ctx& c, int tid, int nt) {
         Split(CeilDiv(mcb, c.mr), tid, nt, r0, r1);
         const AView av = PrepareA(c, ic, mcb, pc, kcb, r0, r1, sa);
         if (blk.pack_a) c.barrier->Wait(nt);
-        ComputeBlock(c, av, bv, ic, mcb, jc, ncb, kcb, beta, q0, q1);
+        int64_t next_q0 = 0, next_q1 = 0;
+        if (jc + blk.nc < c.n) Split(CeilDiv(std::min(blk.nc, c.n - jc - blk.nc), c.nr), tid, nt, next_q0, next_q1);
+        ComputeBlock(c, av, bv, ic, mcb, jc, ncb, kcb, beta, q0, q1,
+                     q0 < q1 ? AfterBlock(c, bv, kcb, q0, ic + blk.mc, c.m, jc, pc, jc + blk.nc, c.n, next_q0) : Panel{});
         if (blk.pack_a) c.barrier->Wait(nt);
       }
       if (!c.packed_b) c.barrier->Wait(nt);
@@ -370,6 +418,7 @@ GemmBlocking BlockingFromParams(const ParamValues& p) {
   b.prefetch = p[kParamPrefetch];
   b.pack_a = p[kParamPackA] != 0;
   b.pack_b = p[kParamPackB] != 0;
+  b.prefetch_next = true;
   return b;
 }
 
@@ -400,6 +449,7 @@ Status GemmF32(const GemmArgs& args, const GemmBlocking& blk_in, UkernelFn ukern
   c.blk = blk_in;
   GemmBlocking& blk = c.blk;
   if (args.trans_b || c.packed_b) blk.pack_b = true;  // check() rejects trans_b with pack_b=0; stay correct anyway
+  blk.prefetch_next = blk.prefetch_next && c.packed_b;
   blk.mc = std::max<int64_t>(mr, std::min(RoundUp(blk.mc, mr), RoundUp(c.m, mr)));
   blk.nc = std::max<int64_t>(nr, std::min(RoundUp(blk.nc, nr), RoundUp(c.n, nr)));
   blk.kc = std::max<int64_t>(1, std::min(blk.kc, c.k));

@@ -30,8 +30,14 @@ struct GemmBlocking {
   int prefetch;        // prefetch distance in k iterations, 0 = off
   bool pack_a;         // false: A read in place by the micro-kernel
   bool pack_b;         // false: B read in place (only when not transposed)
+  // With B packed ahead (GemmArgs::packed_b): each next B panel is prefetched into L2
+  // while the one before it runs, for weights that come from memory cold, as a
+  // layer's do between calls (bench/RESULTS.md: 1.07-1.35x on 1 and 2 threads). Off
+  // for B packed within the call, already in cache (measured 1-4% slower with it).
+  bool prefetch_next = false;
 };
 
+// prefetch_next is on: the GEMM family's calls with packed_b are constant weights.
 GemmBlocking BlockingFromParams(const ParamValues& p);
 
 // Runs C = alpha * op(A) * op(B) + beta * C for validated args. mc % mr == 0 and

@@ -15,6 +15,10 @@ namespace cliffguard::cpu {
 //   beta == 0: C is not read. m <= mr, n <= nr, m, n, kc >= 1.
 //   unroll_k: k-loop unroll (1, 2, 4 or 8); prefetch: distance in k iterations of
 //   software prefetches of A and B (0 = off).
+//   next_b, next_b_lines: cache lines (64 bytes each, from next_b on) of the B panel
+//   the driver runs next, prefetched into L2 spread over this call's k loop, so that
+//   a panel of constant weights cold in memory arrives while the one before it is in
+//   use (0 lines: none).
 struct UkArgs {
   const float* a;
   int64_t a_rs, a_ks;
@@ -26,6 +30,8 @@ struct UkArgs {
   int m, n;
   float alpha, beta;
   int unroll_k, prefetch;
+  const char* next_b;
+  int64_t next_b_lines;
 };
 
 using UkernelFn = void (*)(const UkArgs&);

@@ -60,6 +60,26 @@ CG_INLINE void Step(typename T::V (&acc)[M][NV], const float* a, int64_t a_rs, c
   }
 }
 
+// UkArgs::next_b: one line prefetched into L2 every `every` k groups of the loop,
+// the rest (a panel of more lines than the loop has groups) after it.
+struct SpreadPrefetch {
+  const char* line;
+  int64_t left, every, count;
+  CG_INLINE SpreadPrefetch(const UkArgs& p, int64_t groups)
+      : line(p.next_b), left(p.next_b_lines), every(left > 0 && groups > left ? groups / left : 1), count(every) {}
+  CG_INLINE void Tick() {
+    if (left > 0 && --count == 0) {
+      __builtin_prefetch(line, 0, 2);
+      line += 64;
+      --left;
+      count = every;
+    }
+  }
+  CG_INLINE void Rest() {
+    for (; left > 0; --left, line += 64) __builtin_prefetch(line, 0, 2);
+  }
+};
+
 template <class T, int MR, int M, int NV, int U, bool kPacked>
 void Tile(const UkArgs& p) {
   using V = typename T::V;
@@ -84,6 +104,7 @@ void Tile(const UkArgs& p) {
   const int64_t b_ks = p.b_ks;
   const int64_t pf = p.prefetch;
   int64_t k = p.kc;
+  SpreadPrefetch next(p, k / U);
   if (pf != 0) {
     for (; k >= U; k -= U) {
 #pragma GCC unroll 8
@@ -93,6 +114,7 @@ void Tile(const UkArgs& p) {
         if (kPacked) __builtin_prefetch(a + (pf + u) * a_ks, 0, 3);
         Step<T, M, NV, kPacked>(acc, a + u * a_ks, a_rs, b + u * b_ks);
       }
+      next.Tick();
       a += U * a_ks;
       b += U * b_ks;
     }
@@ -100,10 +122,12 @@ void Tile(const UkArgs& p) {
     for (; k >= U; k -= U) {
 #pragma GCC unroll 8
       for (int u = 0; u < U; ++u) Step<T, M, NV, kPacked>(acc, a + u * a_ks, a_rs, b + u * b_ks);
+      next.Tick();
       a += U * a_ks;
       b += U * b_ks;
     }
   }
+  next.Rest();
   for (; k > 0; --k) {
     Step<T, M, NV, kPacked>(acc, a, a_rs, b);
     a += a_ks;
