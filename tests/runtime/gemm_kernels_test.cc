@@ -310,7 +310,9 @@ void GemvConcurrentCallers(const KernelVariant& v) {
 
 // ---- Small-m variants on packed panels (CG_GEMV_PACKED rows) ------------------------
 
-Schedule PackedWith(const KernelVariant& v, int threads, int nv) { return With(v, {{"threads", threads}, {"nv", nv}}); }
+Schedule PackedWith(const KernelVariant& v, int threads, int nv, int prefetch = 0) {
+  return With(v, {{"threads", threads}, {"nv", nv}, {"prefetch", prefetch}});
+}
 
 // Every m, both layouts and transposed A, every nv whose tile fits, n around the panel
 // widths; from packed weights (the plan's way) and, every third case, from B as
@@ -327,7 +329,8 @@ void GemvPackedShapes(const KernelVariant& v) {
             GemmTester t;
             t.shape(m, n, k).trans_a(ta).trans_b(tb).packed_weights(++seed % 3 != 0).seed(uint32_t(seed));
             if (seed % 4 == 0) t.lda_pad(3).ldb_pad(5).ldc_pad(2);
-            const Schedule s = PackedWith(v, seed % 2 ? TwoThreads() : 1, nv);
+            const Schedule s = PackedWith(v, seed % 2 ? TwoThreads() : 1, nv,
+                                          cpu::kGemmPrefetchValues[seed % std::size(cpu::kGemmPrefetchValues)]);
             if (!CheckSchedule(s, t.Key(), Host()).ok() && seed % 3 != 0) continue;  // tile over the registers
             if (!t.Test(s)) return;
           }
@@ -375,6 +378,16 @@ void GemvPackedRules(const KernelVariant& v) {
                                           max_m * 4 + 6, regs)),
             std::string::npos)
       << st.message();
+  // The fitted prefetch follows the vendor (measured on Intel, slower on AMD).
+  for (const char* vendor : {"GenuineIntel", "AuthenticAMD"}) {
+    DeviceInfo d = Host();
+    d.vendor = vendor;
+    EXPECT_EQ(VariantDefaultSchedule(v, key, d).params[cpu::kGemvPrefetch],
+              cpu::GemvPackedDefaultPrefetch(d.vendor == "GenuineIntel"))
+        << vendor;
+  }
+  EXPECT_GT(cpu::GemvPackedDefaultPrefetch(true), 0);
+  EXPECT_EQ(cpu::GemvPackedDefaultPrefetch(false), 0);
   for (const auto& sh : ShapesFromData()) {
     OpKey k = OpKey::Gemm(sh.m, sh.n, sh.k, sh.ta, sh.tb);
     k.constant_weights = true;

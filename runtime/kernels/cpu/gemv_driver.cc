@@ -179,6 +179,7 @@ void GemvPackedFitDefaults(const KernelVariant& v, const OpKey& key, const Devic
   for (int32_t nv : kGemvNvValues)
     if (GemvPackedTileFits(std::min(key.m(), kGemvPackedMaxM), nv, VectorRegs(v)) && (nv == 1 || vectors >= nv))
       p[kGemvBlock] = nv;
+  p[kGemvPrefetch] = GemvPackedDefaultPrefetch(device.vendor == "GenuineIntel");
 }
 
 size_t GemvPackedWeightsBytes(const KernelVariant& v, const OpKey& key, const ParamValues& p) {
@@ -198,6 +199,7 @@ Status GemvPackedF32(const KernelVariant& v, const GemmArgs& args, const ParamVa
                      void (*panels)(const GemvTask&)) {
   const int64_t panel = int64_t{v.config.gemm.nr} * p[kGemvBlock];
   Job job{TaskOf(args, p[kGemvBlock]), panels, CeilDiv(args.n, panel), panel};
+  job.task.prefetch = p[kGemvPrefetch];
   if (args.packed_b) {
     job.task.b = static_cast<const float*>(args.packed_b);
   } else {

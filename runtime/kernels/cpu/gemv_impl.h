@@ -232,8 +232,12 @@ void PanelRows(const GemvTask& t) {
     for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[i][v] = T::Zero();
+    const int64_t ahead = int64_t{t.prefetch} * P;
 #pragma GCC unroll 2
     for (int64_t p = 0; p < t.k; ++p, bp += P) {
+      if (ahead != 0)
+#pragma GCC unroll 4
+        for (int l = 0; l < (P >= 16 ? P / 16 : 1); ++l) __builtin_prefetch(bp + ahead + l * 16, 0, 3);
       V bv[NV];
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) bv[v] = T::Load(bp + v * W);

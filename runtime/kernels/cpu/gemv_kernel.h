@@ -28,6 +28,7 @@ struct GemvTask {
   float alpha, beta;
   int64_t j0, j1;
   int block;
+  int prefetch = 0;  // packed panels: software prefetch distance in k rows (0 = off)
 };
 
 using GemvRowsFn = void (*)(const GemvTask& task);

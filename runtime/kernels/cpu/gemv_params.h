@@ -10,7 +10,7 @@
 namespace cliffguard::cpu {
 
 // Indices in ParamValues (declaration order of the kSpecs below).
-enum GemvParam : int { kGemvThreads = 0, kGemvBlock = 1 };
+enum GemvParam : int { kGemvThreads = 0, kGemvBlock = 1, kGemvPrefetch = 2 };
 
 // The largest m these variants run, by layout of B (measured, bench/RESULTS.md): nt
 // tiles keep B in L1/L2 while every row group of A passes, and beat the packed path
@@ -38,10 +38,16 @@ inline constexpr int32_t kGemvNvValues[] = {1, 2, 4};
 inline constexpr ParamSpec kGemvPackedSpecs[] = {
     {"threads", kGemmThreadValues, 1, "threads (caller included), each a contiguous range of panels; <= device threads"},
     {"nv", kGemvNvValues, 4, "vectors per panel of packed B: the panel's columns of C stay in registers for all of k"},
+    {"prefetch", kGemmPrefetchValues, 0, "software prefetch distance of the panel stream, in k rows of the panel; 0 = off"},
 };
 // The register tile of a packed call: m rows by nv vectors of accumulators, nv
 // vectors of B and a broadcast of A (one register to spare).
 constexpr bool GemvPackedTileFits(int64_t m, int32_t nv, int vector_regs) { return m * nv + nv + 2 <= vector_regs; }
+// The fitted prefetch distance (k rows) by CPU vendor: 4 on Intel, where the panel
+// stream with it reads 1.15-1.28x faster at m = 2-8 (bench/RESULTS.md, "Software
+// prefetch of the panel stream"); 0 elsewhere (AMD Zen 4: 256 floats ahead measured
+// 10-15% slower at m = 4).
+constexpr int32_t GemvPackedDefaultPrefetch(bool intel) { return intel ? 4 : 0; }
 // The narrowest panel a key's m must fit with (supports()): with one vector of B per
 // m broadcasts of A a call reads A more than B, and measured behind the in-place
 // kernels on AVX2 at m = 8 (bench/RESULTS.md). So AVX2 runs m <= 6, AVX-512 m <= 8.
@@ -71,7 +77,8 @@ Status GemvPackedSupports(const KernelVariant& v, const OpKey& key, const Device
 // only for m <= 2).
 Status GemvPackedCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
 // fit_defaults(): threads as the other small-m variants (each thread streams at
-// least 1 MiB of B); nv the widest whose tile fits and that n fills.
+// least 1 MiB of B); nv the widest whose tile fits and that n fills; prefetch
+// GemvPackedDefaultPrefetch of the device's vendor.
 void GemvPackedFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
 size_t GemvPackedWeightsBytes(const KernelVariant& v, const OpKey& key, const ParamValues& p);
 Status GemvPackWeights(const KernelVariant& v, const OpKey& key, const ParamValues& p, const void* weights, int64_t ld,
