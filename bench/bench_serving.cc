@@ -267,12 +267,12 @@ ContenderMaker PackedVariantRow(std::string_view part) {
 std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>> g_schedules;
 
 ContenderMaker ScheduleRow(size_t i) {
-  return [i](const Shape& s, const OpKey& key, const DeviceInfo& device, int threads) -> StatusOr<Contender> {
+  return [i](const Shape& s, const OpKey& key, const DeviceInfo& device, int) -> StatusOr<Contender> {
     const auto& [variant, named] = g_schedules[i];
     const KernelVariant* v = FindKernelVariant(variant);
     if (!v) return NotFound(fmt::format("--schedule: no kernel variant '{}'", variant));
     const OpKey ckey = v->pack_weights ? ConstantWeights(key) : key;
-    Schedule sched = VariantDefaultSchedule(*v, ckey, HostCpuDevice(threads));
+    Schedule sched = VariantDefaultSchedule(*v, ckey, device);
     uint32_t seen = 0;
     for (const auto& [name, value] : named) CG_RETURN_IF_ERROR(sched.SetParam(name, value, seen));
     CG_RETURN_IF_ERROR(CheckSchedule(sched, ckey, device));

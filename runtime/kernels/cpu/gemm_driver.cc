@@ -213,9 +213,10 @@ struct Panel {
 
 int64_t PanelLines(const Ctx& c, int64_t kcb) { return kcb * c.nr * int64_t{sizeof(float)} / 64; }
 
-// Panel q of a block view, when its panels are contiguous (packed).
+// Panel q of a block view, when its panels are contiguous (packed; B read in place,
+// and its edge panel, are not).
 Panel ViewPanel(const Ctx& c, const BView& bv, int64_t q, int64_t kcb) {
-  if (bv.ks != c.nr || q == bv.edge_q) return {};
+  if (bv.ks != c.nr) return {};
   return {bv.base + q * bv.panel_stride, PanelLines(c, kcb)};
 }
 
@@ -352,8 +353,9 @@ void RunParMicroPanels(const Ctx& c, int tid, int nt) {
         Split(CeilDiv(mcb, c.mr), tid, nt, r0, r1);
         const AView av = PrepareA(c, ic, mcb, pc, kcb, r0, r1, sa);
         if (blk.pack_a) c.barrier->Wait(nt);
-        int64_t next_q0 = 0, next_q1 = 0;
-        if (jc + blk.nc < c.n) Split(CeilDiv(std::min(blk.nc, c.n - jc - blk.nc), c.nr), tid, nt, next_q0, next_q1);
+        int64_t next_q0 = 0, next_q1 = 0;  // this thread's share of the next column block
+        if (blk.prefetch_next && jc + blk.nc < c.n)
+          Split(CeilDiv(std::min(blk.nc, c.n - jc - blk.nc), c.nr), tid, nt, next_q0, next_q1);
         ComputeBlock(c, av, bv, ic, mcb, jc, ncb, kcb, beta, q0, q1,
                      q0 < q1 ? AfterBlock(c, bv, kcb, q0, ic + blk.mc, c.m, jc, pc, jc + blk.nc, c.n, next_q0) : Panel{});
         if (blk.pack_a) c.barrier->Wait(nt);

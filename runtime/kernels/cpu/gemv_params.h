@@ -44,9 +44,9 @@ inline constexpr ParamSpec kGemvPackedSpecs[] = {
 // vectors of B and a broadcast of A (one register to spare).
 constexpr bool GemvPackedTileFits(int64_t m, int32_t nv, int vector_regs) { return m * nv + nv + 2 <= vector_regs; }
 // The fitted prefetch distance (k rows) by CPU vendor: 4 on Intel, where the panel
-// stream with it reads 1.15-1.28x faster at m = 2-8 (bench/RESULTS.md, "Software
-// prefetch of the panel stream"); 0 elsewhere (AMD Zen 4: 256 floats ahead measured
-// 10-15% slower at m = 4).
+// stream with it reads 1.15-1.28x faster at m = 2-8 (bench/RESULTS.md, "... a
+// prefetched panel stream at small m"); 0 elsewhere (AMD Zen 4: the same distance
+// measured about 15% slower at m = 4).
 constexpr int32_t GemvPackedDefaultPrefetch(bool intel) { return intel ? 4 : 0; }
 // The narrowest panel a key's m must fit with (supports()): with one vector of B per
 // m broadcasts of A a call reads A more than B, and measured behind the in-place
