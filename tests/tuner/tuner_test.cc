@@ -3,8 +3,11 @@
 #include "cliffguard/tuner/tuner.h"
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -13,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "cliffguard/runtime.h"
+#include "cliffguard/tuner/space.h"
 #include "cliffguard/tuner/strategy.h"
 #include "cliffguard/tuner/tuning_log.h"
 
@@ -446,6 +450,78 @@ TEST(TunerTest, ProposalsOfAnEnumeratingVariantAreTheFirstTrials) {
   EXPECT_EQ(algos[1], 3);
   EXPECT_EQ(std::set<int64_t>(algos.begin(), algos.end()).size(), 5u) << "a proposal was measured twice";
   std::remove(log.c_str());
+}
+
+// A library variant whose points are valid only as its heuristic returns them
+// (cuBLASLt: 1e14 declared points, a handful valid): its candidates are the first
+// trials and the search goes on in the other variants' points instead of drawing
+// from its block (which stalled a GPU tuning run for minutes per key).
+constexpr auto kWideValues = [] {
+  std::array<int32_t, 1024> v{};
+  for (int32_t i = 0; i < 1024; ++i) v[size_t(i)] = i;
+  return v;
+}();
+constexpr ParamSpec kWideParams[] = {{"algo", kWideValues, 0, "algorithm id (test)"},
+                                     {"tile", kWideValues, 0, "tile id (test)"},
+                                     {"stages", kWideValues, 0, "stages id (test)"},
+                                     {"swizzle", kWideValues, 0, "swizzle (test)"}};
+std::vector<ParamValues> ProposeTwo(const KernelVariant&, const OpKey&, const DeviceInfo&) {
+  ParamValues a{}, b{};
+  a = {5, 7, 9, 1};
+  b = {6, 2, 3, 0};
+  return {a, b};
+}
+bool NotProposed(const KernelVariant& v, const OpKey& key, const ParamValues& p) {
+  for (const ParamValues& c : ProposeTwo(v, key, DeviceInfo{}))
+    if (c == p) return false;
+  return true;
+}
+const KernelVariant kCandidatesOnly = [] {
+  KernelVariant v = {"test_f32_gemm_algos__scalar", Backend::kCpu, OpKind::kGemm, DType::kF32, kIsaScalar,
+                     kWideParams, nullptr, nullptr, nullptr, {.gemm = nullptr}, {.gemm = {1, 1}}, &ProposeTwo};
+  v.redundant = &NotProposed;
+  v.candidates_only = true;
+  return v;
+}();
+
+TEST(TunerTest, ACandidatesOnlyVariantIsMeasuredFromItsCandidatesAndNotSearched) {
+  const OpKey key = OpKey::Gemm(96, 96, 96);
+  const DeviceInfo host = HostCpuDevice();
+  const KernelVariant* own = FindKernelVariant("cpu_f32_gemm_4x4__scalar");
+  ASSERT_NE(own, nullptr);
+  const KernelVariant* both[] = {&kCandidatesOnly, own};
+  auto space = SearchSpace::Create(key, host, both);
+  ASSERT_TRUE(space.ok()) << space.status().ToString();
+  ASSERT_EQ(space->num_variants(), 2);
+  EXPECT_EQ(space->num_searched_variants(), 1);
+  EXPECT_EQ(space->variants()[0], own);  // the searched blocks come first
+  EXPECT_EQ(space->searched_size(), space->variant_size(0));
+  EXPECT_EQ(space->size(), space->variant_size(0) + (uint64_t{1} << 40));
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 200; ++i) {
+    auto k = space->SampleValid(rng, 8);
+    ASSERT_TRUE(k.has_value());
+    EXPECT_EQ(k->variant, 0);
+    auto n = space->Neighbour(*k, rng, 1.0);
+    if (n) EXPECT_EQ(n->variant, 0) << "a neighbour switched into the candidates-only variant";
+  }
+  for (const std::string strategy : {"xgb", "random", "grid", "ga"}) {
+    SCOPED_TRACE(strategy);
+    const std::string log = TempPath("candidates_only.jsonl");
+    TunerOptions o = Fast({key}, strategy, 12, log);
+    o.variants = {both[0], both[1]};
+    FakeMeasurer fake(host);
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::string> trials;
+    for (const auto& r : TuneWithFakeTimes(o, fake))
+      if (r.kind == RecordKind::kTrial) trials.push_back(r.schedule.variant);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0);
+    ASSERT_EQ(trials.size(), 12u);
+    EXPECT_EQ(trials[0], kCandidatesOnly.name);
+    EXPECT_EQ(trials[1], kCandidatesOnly.name);
+    for (size_t i = 2; i < trials.size(); ++i) EXPECT_EQ(trials[i], own->name);
+    std::remove(log.c_str());
+  }
 }
 
 TEST(TunerTest, ResumeContinuesWithoutRepeatingAndExistingLogIsRefused) {

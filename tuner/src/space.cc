@@ -48,12 +48,17 @@ StatusOr<SearchSpace> SearchSpace::Create(const OpKey& key, const DeviceInfo& de
   if (variants.empty())
     for (const KernelVariant& v : AllKernelVariants()) candidates.push_back(&v);
 
+  for (size_t vi = 0; vi < candidates.size(); ++vi)
+    if (!candidates[vi]) return InvalidArgument(fmt::format("search space: variant #{} is null", vi));
+  // The searched blocks first: the ids of variants measured only through their
+  // candidates lie past searched_size_.
+  std::stable_partition(candidates.begin(), candidates.end(), [](const KernelVariant* v) { return !v->candidates_only; });
+
   SearchSpace s;
   s.key_ = key;
   s.device_ = device;
   for (size_t vi = 0; vi < candidates.size(); ++vi) {
     const KernelVariant* v = candidates[vi];
-    if (!v) return InvalidArgument(fmt::format("search space: variant #{} is null", vi));
     if (v->params.size() > static_cast<size_t>(kMaxParams))
       return InvalidArgument(fmt::format("search space: {} has {} parameters, more than kMaxParams={}", v->name,
                                          v->params.size(), kMaxParams));
@@ -81,6 +86,10 @@ StatusOr<SearchSpace> SearchSpace::Create(const OpKey& key, const DeviceInfo& de
     s.block_start_.push_back(s.size_);
     s.block_size_.push_back(block);
     s.size_ += block;
+    if (!v->candidates_only) {
+      s.searched_size_ += block;
+      s.num_searched_ = static_cast<int>(s.variants_.size());
+    }
   }
   if (s.variants_.empty()) {
     std::string reasons;
@@ -91,10 +100,11 @@ StatusOr<SearchSpace> SearchSpace::Create(const OpKey& key, const DeviceInfo& de
   if (s.variants_.size() > 32767) return InvalidArgument("search space: more than 32767 variants");
 
   // Grid stride: about size/phi, coprime with size, so GridId is a bijection.
-  if (s.size_ > 2) {
-    uint64_t stride = std::max<uint64_t>(1, static_cast<uint64_t>(static_cast<long double>(s.size_) * 0.6180339887498949L));
-    while (std::gcd(stride, s.size_) != 1) ++stride;
-    s.grid_stride_ = stride % s.size_;
+  if (s.searched_size_ > 2) {
+    const uint64_t n = s.searched_size_;
+    uint64_t stride = std::max<uint64_t>(1, static_cast<uint64_t>(static_cast<long double>(n) * 0.6180339887498949L));
+    while (std::gcd(stride, n) != 1) ++stride;
+    s.grid_stride_ = stride % n;
   }
 
   // Valid fraction: exact for small spaces, else a fixed-seed sample.
@@ -104,7 +114,7 @@ StatusOr<SearchSpace> SearchSpace::Create(const OpKey& key, const DeviceInfo& de
     for (uint64_t id = 0; id < s.size_; ++id, ++total) valid += s.IsValid(s.FromId(id));
   } else {
     std::mt19937_64 rng(0x5eed);
-    for (; total < kSample; ++total) valid += s.IsValid(s.SampleAny(rng));
+    for (; total < kSample; ++total) valid += s.IsValid(s.FromId(UniformBelow(rng, s.size_)));
   }
   s.valid_fraction_ = static_cast<double>(valid) / static_cast<double>(total);
   return s;
@@ -170,17 +180,18 @@ Status SearchSpace::Check(const Knobs& k) const {
   return Status::Ok();
 }
 
-Knobs SearchSpace::SampleAny(std::mt19937_64& rng) const { return FromId(UniformBelow(rng, size_)); }
+Knobs SearchSpace::SampleAny(std::mt19937_64& rng) const { return FromId(UniformBelow(rng, searched_size_)); }
 
 std::optional<Knobs> SearchSpace::SampleValid(std::mt19937_64& rng, int max_tries) const {
+  if (searched_size_ == 0) return std::nullopt;
   for (int t = 0; t < max_tries; ++t) {
     Knobs k = SampleAny(rng);
     if (IsValid(k)) return k;
   }
-  const uint64_t start = UniformBelow(rng, size_);
-  const uint64_t n = std::min(size_, kMaxWalk);
+  const uint64_t start = UniformBelow(rng, searched_size_);
+  const uint64_t n = std::min(searched_size_, kMaxWalk);
   for (uint64_t j = 0; j < n; ++j) {
-    Knobs k = FromId(GridId((start + j) % size_));
+    Knobs k = FromId(GridId((start + j) % searched_size_));
     if (IsValid(k)) return k;
   }
   return std::nullopt;
@@ -205,8 +216,9 @@ std::optional<Knobs> SearchSpace::Neighbour(const Knobs& k, std::mt19937_64& rng
   const int np = static_cast<int>(v.params.size());
   for (int t = 0; t < max_tries; ++t) {
     Knobs c = k;
-    if (num_variants() > 1 && (np == 0 || u01(rng) < p_switch)) {
-      int nv = static_cast<int>(UniformBelow(rng, num_variants() - 1));
+    const bool searched = k.variant < num_searched_;
+    if (searched && num_searched_ > 1 && (np == 0 || u01(rng) < p_switch)) {
+      int nv = static_cast<int>(UniformBelow(rng, num_searched_ - 1));
       if (nv >= k.variant) ++nv;
       c = SwitchVariant(k, nv);
     } else if (np > 0) {
@@ -232,7 +244,7 @@ std::optional<Knobs> SearchSpace::Neighbour(const Knobs& k, std::mt19937_64& rng
 }
 
 uint64_t SearchSpace::GridId(uint64_t i) const {
-  return static_cast<uint64_t>((static_cast<unsigned __int128>(i % size_) * grid_stride_) % size_);
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(i % searched_size_) * grid_stride_) % searched_size_);
 }
 
 }  // namespace cliffguard::tuner

@@ -47,7 +47,8 @@ std::vector<Knobs> StrategyBase::RandomUnvisited(int n) {
   }
   if (static_cast<int>(out.size()) < n) {
     // Nearly exhausted: scan in grid order from a random place.
-    const uint64_t size = space_.size();
+    const uint64_t size = space_.searched_size();
+    if (size == 0) return out;
     const uint64_t start = std::uniform_int_distribution<uint64_t>(0, size - 1)(rng_);
     const uint64_t limit = std::min<uint64_t>(size, uint64_t{1} << 24);
     for (uint64_t j = 0; j < limit && static_cast<int>(out.size()) < n; ++j) {

@@ -55,8 +55,8 @@ class GaStrategy final : public StrategyBase {
           if (u01(rng_) < 0.1)
             c.idx[i] = static_cast<int16_t>(std::uniform_int_distribution<int>(0, static_cast<int>(v.params[i].values.size()) - 1)(rng_));
         }
-        if (space_.num_variants() > 1 && u01(rng_) < 0.05)
-          c = space_.SwitchVariant(c, std::uniform_int_distribution<int>(0, space_.num_variants() - 1)(rng_));
+        if (space_.num_searched_variants() > 1 && u01(rng_) < 0.05)
+          c = space_.SwitchVariant(c, std::uniform_int_distribution<int>(0, space_.num_searched_variants() - 1)(rng_));
         const uint64_t id = space_.Id(c);
         if (Visited(id) || picked.count(id) || !space_.IsValid(c)) continue;
         picked.insert(id);

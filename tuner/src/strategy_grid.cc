@@ -12,7 +12,7 @@ class GridStrategy final : public StrategyBase {
 
   std::vector<Schedule> NextBatch(int n) override {
     std::vector<Knobs> points;
-    while (static_cast<int>(points.size()) < n && cursor_ < space_.size()) {
+    while (static_cast<int>(points.size()) < n && cursor_ < space_.searched_size()) {
       const uint64_t id = space_.GridId(cursor_++);
       if (Visited(id)) continue;
       Knobs k = space_.FromId(id);

@@ -229,6 +229,10 @@ struct KernelVariant {
   // order, then every variant in table order. nullptr: table order only.
   bool (*preferred_default)(const KernelVariant& self, const OpKey& key, const DeviceInfo& device) = nullptr;
   RedundantFn redundant = nullptr;  // optional: points the search skips
+  // Its valid points for a key are exactly its candidates() (a library's algorithm
+  // ids, valid only as its heuristic returns them): the tuner measures those and the
+  // search draws none of the variant's other points.
+  bool candidates_only = false;
 
   int ParamIndex(std::string_view param_name) const;  // -1 when absent
 };

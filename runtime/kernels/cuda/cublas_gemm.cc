@@ -369,6 +369,7 @@ std::span<const KernelVariant> CublasGemmVariants() {
       v.fn.gemm = &CublasLtGemm;
       v.candidates = &CublasLtCandidates;
       v.redundant = &CublasLtRedundant;
+      v.candidates_only = true;
     } else {
       v.preferred_default = [](const KernelVariant&, const OpKey&, const DeviceInfo&) { return true; };
     }

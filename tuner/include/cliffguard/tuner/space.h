@@ -6,6 +6,11 @@
 // parameter. Each point has a dense 64-bit id in [0, size()): the variants' blocks
 // laid end to end, each block a mixed-radix number over its parameters' value
 // indices. The id is stable for a given variant list and is used to dedupe.
+// Variants measured only through their candidates (KernelVariant::candidates_only,
+// e.g. cuBLASLt's algorithm ids, valid only as its heuristic returns them) take the
+// last blocks, past searched_size(): random draws, neighbours and the grid walk stay
+// below it, so such a block (1e14 points, a handful valid) cannot crowd out the
+// searched variants.
 //
 // A point is valid when CheckSchedule() accepts its schedule, i.e. the variant's own
 // check() passes (values are in their lists by construction; VariantSupports was
@@ -68,6 +73,10 @@ class SearchSpace {
 
   // Points before constraints (sum over variants of the product of list lengths).
   uint64_t size() const { return size_; }
+  // Points of the searched variants: ids [0, searched_size()), variants
+  // [0, num_searched_variants()).
+  uint64_t searched_size() const { return searched_size_; }
+  int num_searched_variants() const { return num_searched_; }
   uint64_t variant_size(int v) const { return block_size_[v]; }
   // Fraction of points that are valid, estimated at Create from a fixed-seed uniform
   // sample (exact when the space has at most 4096 points).
@@ -86,11 +95,12 @@ class SearchSpace {
   Status Check(const Knobs& k) const;
   bool IsValid(const Knobs& k) const { return Check(k).ok(); }
 
-  // A uniformly random point (valid or not).
+  // A uniformly random point of the searched variants (valid or not). Precondition:
+  // searched_size() > 0.
   Knobs SampleAny(std::mt19937_64& rng) const;
-  // A uniformly random valid point: rejection sampling (up to `max_tries`), then a
-  // walk in grid order from a random start (up to 2^22 points). nullopt when neither
-  // finds one.
+  // A uniformly random valid point of the searched variants: rejection sampling (up
+  // to `max_tries`), then a walk in grid order from a random start (up to 2^22
+  // points). nullopt when neither finds one.
   std::optional<Knobs> SampleValid(std::mt19937_64& rng, int max_tries = 256) const;
   // A valid neighbour of k for annealing: one or two knobs moved by +-1 index or set
   // to a random value; with probability `p_switch` the variant changes instead,
@@ -101,7 +111,7 @@ class SearchSpace {
   // The same parameter values, as near as the lists allow, on variant v.
   Knobs SwitchVariant(const Knobs& k, int v) const;
 
-  // Grid order: GridId(i) for i = 0 .. size()-1 visits every id exactly once, in a
+  // Grid order: GridId(i) for i = 0 .. searched_size()-1 visits every searched id exactly once, in a
   // deterministic rank-1 lattice walk (stride ~ size/golden ratio, coprime with size)
   // so that any prefix is spread over the whole space and every variant, rather than
   // sweeping one corner first.
@@ -117,6 +127,8 @@ class SearchSpace {
   std::vector<uint64_t> block_size_;   // points per variant
   std::vector<uint64_t> block_start_;  // first id of each variant
   uint64_t size_ = 0;
+  uint64_t searched_size_ = 0;  // ids below it: the searched variants' points
+  int num_searched_ = 0;        // variants_[0, num_searched_) are searched
   uint64_t grid_stride_ = 1;
   double valid_fraction_ = 0;
 };
