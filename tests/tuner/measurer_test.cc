@@ -226,8 +226,8 @@ TEST(MeasurerTest, InterleavedCallsAlternateWithinEachRound) {
   for (size_t i = 0; i < timed.size(); ++i) EXPECT_EQ(timed[i], i % 2 ? 16 : 4) << "call " << i << " of the timed ones";
 }
 
-// Spawned workers (a new process per batch, the job on stdin: safe with a GPU
-// context) measure and check like forked ones.
+// Spawned workers (a new process, the jobs on stdin: safe with a GPU context)
+// measure and check like forked ones.
 TEST(MeasurerTest, SpawnedWorkersMeasureAndCheckLikeForkedOnes) {
   MeasureOptions o = FastMeasureOptions();
   o.worker_command = {CG_CLI_PATH, "measure-worker"};
@@ -252,6 +252,44 @@ TEST(MeasurerTest, SpawnedWorkersMeasureAndCheckLikeForkedOnes) {
   ASSERT_TRUE(re.ok());
   EXPECT_TRUE((*re)[0].ok && (*re)[1].ok);
   EXPECT_EQ((*re)[0].round_us.size(), size_t(o.interleave_rounds));
+}
+
+// One spawned worker serves every batch and key (its start-up, a CUDA context and
+// cuBLAS on a GPU, is paid once) until a candidate kills it; the next batch starts a
+// new one. The worker here is a script that speaks the protocol: it records its pid
+// per job, answers candidate 0 with 5 us, and on its `die_at`-th job kills itself
+// after starting the candidate.
+TEST(MeasurerTest, ASpawnedWorkerServesManyBatchesAndIsReplacedAfterACrash) {
+  const std::string pids = ::testing::TempDir() + "cg_worker_pids.txt";
+  std::remove(pids.c_str());
+  const std::string script = fmt::format(
+      "n=0; while IFS= read -r job; do n=$((n+1)); echo $$ >> '{}'; echo 'S 0';"
+      " if [ $n = 2 ]; then kill -9 $$; fi; echo 'R 0 1 5 0 1 5'; echo E; done",
+      pids);
+  MeasureOptions o = FastMeasureOptions();
+  o.worker_command = {"/bin/sh", "-c", script};
+  const DeviceInfo device = HostCpuDevice(1);
+  SandboxMeasurer m(device, o);
+  std::vector<std::string> errors;
+  for (const OpKey& key : {OpKey::Gemm(8, 16, 8), OpKey::Gemm(8, 24, 8), OpKey::Gemm(8, 32, 8)}) {
+    const std::vector<Schedule> one = {VariantDefaultSchedule(*FindKernelVariant("cpu_f32_gemm_4x4__scalar"), key, device)};
+    auto res = m.Measure(key, one);
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    errors.push_back((*res)[0].ok ? "" : (*res)[0].error);
+    if ((*res)[0].ok) EXPECT_DOUBLE_EQ((*res)[0].median_us, 5.0);
+  }
+  EXPECT_EQ(errors[0], "");
+  EXPECT_NE(errors[1].find("crashed: worker killed by signal 9"), std::string::npos) << errors[1];
+  EXPECT_EQ(errors[2], "");
+  std::vector<long> seen;
+  FILE* f = std::fopen(pids.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  for (long v; std::fscanf(f, "%ld", &v) == 1;) seen.push_back(v);
+  std::fclose(f);
+  std::remove(pids.c_str());
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[0], seen[1]) << "the second batch started a new worker";
+  EXPECT_NE(seen[2], seen[1]) << "the crashed worker was not replaced";
 }
 
 TEST(MeasurerTest, ASpawnedWorkerRefusesAJobItCannotRead) {

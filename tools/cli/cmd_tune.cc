@@ -306,13 +306,11 @@ void AddTuneCommand(CLI::App& app) {
 }
 
 void AddMeasureWorkerCommand(CLI::App& app) {
-  CLI::App* cmd = app.add_subcommand("measure-worker", "Measures one job read on stdin (started by `tune --sandbox spawn`)");
+  CLI::App* cmd = app.add_subcommand("measure-worker",
+                                     "Measures the jobs read on stdin, one per line (started by `tune --sandbox spawn`)");
   cmd->group("");  // hidden: not for people
   cmd->callback([] {
-    std::string job;
-    char buf[65536];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, stdin)) > 0;) job.append(buf, n);
-    const int rc = tuner::RunMeasureWorker(job, STDOUT_FILENO);
+    const int rc = tuner::RunMeasureWorker(stdin, STDOUT_FILENO);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
 }

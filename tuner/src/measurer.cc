@@ -224,21 +224,9 @@ StatusOr<std::vector<MeasureResult>> SandboxMeasurer::Run(const OpKey& key, std:
   if (timeout_cap_s_ > 0) timeout_s = std::min(timeout_s, timeout_cap_s_);
   const double setup_s = 60.0;
   while (!pending.empty()) {
-    SandboxTask task;
-    if (spawn) {
-      task.argv = options_.worker_command;
-      task.stdin_data = JobJson(device_, options_, key, schedules, pending, interleaved);
-    } else {
-      task.body = [&, harness](int fd) {
-        harness->Arm(device_);
-        WorkerLoop(fd, *harness, options_, schedules, pending, interleaved);
-      };
-    }
     long in_flight = -1;
     const double batch_s = interleaved ? timeout_s * double(pending.size()) : timeout_s;
-    CG_ASSIGN_OR_RETURN(
-        const SandboxOutcome outcome,
-        RunSandboxed(task, setup_s + (interleaved ? batch_s : 0), [&](const std::string& line) -> double {
+    const SandboxLineFn on_line = [&](const std::string& line) -> double {
           if (line.size() > 2 && line[0] == 'S') {
             in_flight = std::strtol(line.c_str() + 2, nullptr, 10);
             return timeout_s;
@@ -260,7 +248,23 @@ StatusOr<std::vector<MeasureResult>> SandboxMeasurer::Run(const OpKey& key, std:
             return batch_s;
           }
           return 0;
-        }));
+        };
+    SandboxOutcome outcome;
+    if (spawn) {
+      if (!worker_ || !worker_->alive()) {
+        worker_.reset();
+        CG_ASSIGN_OR_RETURN(worker_, SpawnedWorker::Start(options_.worker_command));
+      }
+      outcome = worker_->RunJob(JobJson(device_, options_, key, schedules, pending, interleaved),
+                                setup_s + (interleaved ? batch_s : 0), on_line);
+    } else {
+      SandboxTask task;
+      task.body = [&, harness](int fd) {
+        harness->Arm(device_);
+        WorkerLoop(fd, *harness, options_, schedules, pending, interleaved);
+      };
+      CG_ASSIGN_OR_RETURN(outcome, RunSandboxed(task, setup_s + (interleaved ? batch_s : 0), on_line));
+    }
     std::vector<size_t> rest;
     for (size_t i : pending)
       if (!done[i]) rest.push_back(i);
@@ -282,11 +286,16 @@ StatusOr<std::vector<MeasureResult>> SandboxMeasurer::Run(const OpKey& key, std:
   return results;
 }
 
-int RunMeasureWorker(std::string_view job, int out_fd) {
-  // Die with the tuner that spawned this worker; write no core file.
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  struct rlimit no_core = {0, 0};
-  ::setrlimit(RLIMIT_CORE, &no_core);
+namespace {
+
+// The spawned worker's state between jobs: the last key's armed harness.
+struct WorkerState {
+  std::string harness_for;  // device, key and options of `harness`
+  std::unique_ptr<OpHarness> harness;
+};
+
+// One job of a spawned worker; 0, or the exit status 5 when it cannot be run.
+int RunJob(std::string_view job, int out_fd, WorkerState& state) {
   auto refuse = [](const std::string& why) {
     std::fprintf(stderr, "cliffguard measure-worker: %s\n", why.c_str());
     return 5;
@@ -339,11 +348,42 @@ int RunMeasureWorker(std::string_view job, int out_fd) {
     if (!s.ok()) return refuse(s.status().message());
     schedules[pending[t]] = *s;
   }
-  auto harness = MakeHarness(*key, o, *device);
-  if (!harness.ok()) return refuse(harness.status().message());
-  (*harness)->Arm(*device);
-  WorkerLoop(out_fd, **harness, o, schedules, pending, interleaved);
+  const std::string harness_for = fmt::format("{} {} {}", device->fingerprint, key_text, opts->dump());
+  if (!state.harness || state.harness_for != harness_for) {
+    state.harness.reset();  // one key's buffers at a time
+    auto harness = MakeHarness(*key, o, *device);
+    if (!harness.ok()) return refuse(harness.status().message());
+    state.harness = std::move(*harness);
+    state.harness->Arm(*device);
+    state.harness_for = harness_for;
+  }
+  WorkerLoop(out_fd, *state.harness, o, schedules, pending, interleaved);
   return 0;
+}
+
+}  // namespace
+
+int RunMeasureWorker(std::FILE* in, int out_fd) {
+  // Die with the tuner that spawned this worker; write no core file.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  struct rlimit no_core = {0, 0};
+  ::setrlimit(RLIMIT_CORE, &no_core);
+  WorkerState state;
+  char* line = nullptr;
+  size_t cap = 0;
+  int rc = 0;
+  for (ssize_t n; (n = ::getline(&line, &cap, in)) > 0;) {
+    std::string_view job(line, size_t(n));
+    while (!job.empty() && (job.back() == '\n' || job.back() == '\r')) job.remove_suffix(1);
+    if (job.empty()) continue;
+    if ((rc = RunJob(job, out_fd, state)) != 0) break;
+    if (!WriteAll(out_fd, "E\n")) {
+      rc = 3;
+      break;
+    }
+  }
+  std::free(line);
+  return rc;
 }
 
 }  // namespace cliffguard::tuner

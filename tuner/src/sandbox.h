@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,5 +46,32 @@ bool WriteAll(int fd, const std::string& s);
 // Runs the task; `first_deadline_s` is the time until the first line. Fails only
 // when the operating system refuses a pipe, fork or spawn.
 StatusOr<SandboxOutcome> RunSandboxed(const SandboxTask& task, double first_deadline_s, const SandboxLineFn& on_line);
+
+// A spawned child kept across jobs, so that what it sets up once (a CUDA context,
+// cuBLAS, a key's inputs) serves many: each job is one line on its stdin, and the
+// child writes the line "E" when the job is done and then waits for the next (it
+// exits at end of input). Its death, an exit or a missed deadline ends it: the
+// outcome says how, and alive() is false from then on.
+class SpawnedWorker {
+ public:
+  // Fails only when the operating system refuses a pipe or the spawn.
+  static StatusOr<std::unique_ptr<SpawnedWorker>> Start(const std::vector<std::string>& argv);
+  SpawnedWorker(const SpawnedWorker&) = delete;
+  SpawnedWorker& operator=(const SpawnedWorker&) = delete;
+  ~SpawnedWorker();  // kills the child if it is still running, and reaps it
+
+  bool alive() const { return pid_ >= 0; }
+  // Sends `job` (one line, no '\n') and streams the child's lines to on_line until
+  // "E" (then kExited with code 0, and the child stays) or its end: the outcome of
+  // RunSandboxed, except that an exit with status 0 before "E" reads as status -1.
+  // A dead worker answers kExited with code -1 at once.
+  SandboxOutcome RunJob(const std::string& job, double first_deadline_s, const SandboxLineFn& on_line);
+
+ private:
+  SpawnedWorker() = default;
+  pid_t pid_ = -1;
+  int in_fd_ = -1, out_fd_ = -1;
+  std::string buf_;  // a partial line read past "E" (none in practice)
+};
 
 }  // namespace cliffguard::tuner
