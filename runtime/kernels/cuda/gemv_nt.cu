@@ -19,8 +19,40 @@ __device__ __forceinline__ __half FromFloat<__half>(float x) { return __float2ha
 template <>
 __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
+// acc[j][r] += A[row0 + r][p .. p + V) . bv[j][0 .. V): one 16-byte step of every row.
+template <typename T, int MT, int COLS>
+__device__ __forceinline__ void AccumulateStep(const T* __restrict__ a, int64_t lda, int row0, int rows, int p,
+                                               const T (&bv)[COLS][16 / sizeof(T)], float (&acc)[COLS][MT]) {
+  constexpr int V = 16 / sizeof(T);
+#pragma unroll
+  for (int r = 0; r < MT; ++r) {
+    if (r < rows) {
+      alignas(16) T av[V];
+      *reinterpret_cast<uint4*>(av) = __ldg(reinterpret_cast<const uint4*>(a + (row0 + r) * lda + p));
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const float x = ToFloat(av[v]);
+#pragma unroll
+        for (int j = 0; j < COLS; ++j) acc[j][r] = fmaf(x, ToFloat(bv[j][v]), acc[j][r]);
+      }
+    }
+  }
+}
+
+// The 16-byte step of B's columns col0 .. col0 + COLS at k offset p (zeros past `cols`).
+template <typename T, int COLS>
+__device__ __forceinline__ void LoadStep(const T* __restrict__ b, int64_t ldb, int64_t col0, int cols, int p,
+                                         T (&bv)[COLS][16 / sizeof(T)]) {
+#pragma unroll
+  for (int j = 0; j < COLS; ++j)
+    *reinterpret_cast<uint4*>(bv[j]) =
+        j < cols ? __ldcs(reinterpret_cast<const uint4*>(b + (col0 + j) * ldb + p)) : make_uint4(0, 0, 0, 0);
+}
+
 // One warp per `COLS` consecutive output columns, MT rows of A per block row.
-// VEC: 16-byte loads (k, lda, ldb multiples of 16 / sizeof(T), A and B aligned).
+// VEC: 16-byte loads (k, lda, ldb multiples of 16 / sizeof(T), A and B aligned); the
+// weights stream from memory, so several k steps' loads are issued before their
+// FMAs (kUnroll) to keep enough bytes in flight per warp.
 template <typename T, int MT, int COLS, bool VEC>
 __global__ void GemvNtKernel(const T* __restrict__ a, int64_t lda, const T* __restrict__ b, int64_t ldb,
                              T* __restrict__ c, int64_t ldc, int m, int n, int k, float alpha, float beta) {
@@ -37,30 +69,20 @@ __global__ void GemvNtKernel(const T* __restrict__ a, int64_t lda, const T* __re
   const int cols = n - col0 < COLS ? int(n - col0) : COLS;
   if constexpr (VEC) {
     constexpr int V = 16 / sizeof(T);
-    for (int p = lane * V; p < k; p += 32 * V) {
+    constexpr int kStep = 32 * V;
+    constexpr int kUnroll = COLS * MT <= 8 ? 4 : 2;
+    int p = lane * V;
+    for (; p + (kUnroll - 1) * kStep < k; p += kUnroll * kStep) {
+      alignas(16) T bv[kUnroll][COLS][V];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) LoadStep<T, COLS>(b, ldb, col0, cols, p + u * kStep, bv[u]);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) AccumulateStep<T, MT, COLS>(a, lda, row0, rows, p + u * kStep, bv[u], acc);
+    }
+    for (; p < k; p += kStep) {
       alignas(16) T bv[COLS][V];
-#pragma unroll
-      for (int j = 0; j < COLS; ++j) {
-        if (j < cols) {
-          *reinterpret_cast<uint4*>(bv[j]) = __ldcs(reinterpret_cast<const uint4*>(b + (col0 + j) * ldb + p));
-        } else {
-#pragma unroll
-          for (int v = 0; v < V; ++v) bv[j][v] = FromFloat<T>(0.0f);
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < MT; ++r) {
-        if (r < rows) {
-          alignas(16) T av[V];
-          *reinterpret_cast<uint4*>(av) = __ldg(reinterpret_cast<const uint4*>(a + (row0 + r) * lda + p));
-#pragma unroll
-          for (int v = 0; v < V; ++v) {
-            const float x = ToFloat(av[v]);
-#pragma unroll
-            for (int j = 0; j < COLS; ++j) acc[j][r] = fmaf(x, ToFloat(bv[j][v]), acc[j][r]);
-          }
-        }
-      }
+      LoadStep<T, COLS>(b, ldb, col0, cols, p, bv);
+      AccumulateStep<T, MT, COLS>(a, lda, row0, rows, p, bv, acc);
     }
   } else {
     for (int p = lane; p < k; p += 32) {
