@@ -16,7 +16,7 @@ DeviceList ListDevices(int cpu_threads) {
 #ifdef CLIFFGUARD_WITH_CUDA
   const auto& probe = cuda::ProbeCudaDevices();
   out.devices.insert(out.devices.end(), probe.devices.begin(), probe.devices.end());
-  out.cuda_status = probe.status;
+  if (probe.devices.empty()) out.cuda_status = probe.status;
 #else
   out.cuda_status = "this build has no CUDA backend";
 #endif
