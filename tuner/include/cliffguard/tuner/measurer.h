@@ -4,9 +4,9 @@
 //
 // Measurer is the interface the tuner drives (tests inject fakes with scripted
 // times); SandboxMeasurer is the real one. It has two halves: a generic process
-// sandbox (tuner/src/sandbox.h: a worker per batch, a pipe, poll, deadlines,
-// signals) and a per-op harness (tuner/src/harness.h: inputs, reference, arguments,
-// check). Per batch a worker measures the candidates one after another and streams
+// sandbox (tuner/src/sandbox.h: worker processes, pipes, poll, deadlines, signals)
+// and a per-op harness (tuner/src/harness.h: inputs, reference, arguments, check).
+// Per batch a worker measures the candidates one after another and streams
 // one result per candidate back. The parent enforces a per-candidate timeout. When
 // a candidate crashes the worker (any signal) or hangs (timeout, then SIGKILL), that
 // candidate becomes an error record naming the signal or the timeout, and a new
