@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -302,6 +303,31 @@ TEST(MeasurerTest, ASpawnedWorkerRefusesAJobItCannotRead) {
   const int st = ::pclose(p);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 5) << out;
   EXPECT_NE(out.find("job.device must be a string"), std::string::npos) << out;
+}
+
+// The harnesses' inputs: uniform in [-1, 1) (ten bins within 3% of a tenth each,
+// mean near 0), the same for the same stream, different for another stream.
+TEST(MeasurerTest, HarnessInputsAreUniformAndDeterministicPerStream) {
+  const OpKey key = OpKey::Gemm(64, 64, 64);
+  std::vector<float> a(200000), again(a.size()), b(a.size());
+  FillUniform(OperandStream(42, key, 0), a);
+  FillUniform(OperandStream(42, key, 0), again);
+  FillUniform(OperandStream(42, key, 1), b);
+  EXPECT_EQ(a, again);
+  EXPECT_NE(a, b);
+  std::array<int, 10> bins{};
+  double sum = 0;
+  for (float v : a) {
+    ASSERT_GE(v, -1.0f);
+    ASSERT_LT(v, 1.0f);
+    ++bins[size_t((v + 1.0f) * 5.0f)];
+    sum += v;
+  }
+  for (int c : bins) EXPECT_NEAR(c, a.size() / 10.0, a.size() * 0.003) << "a bin of width 0.2";
+  EXPECT_NEAR(sum / double(a.size()), 0.0, 0.01);
+  size_t same = 0;
+  for (size_t i = 0; i < a.size(); ++i) same += a[i] == b[i];
+  EXPECT_LT(same, a.size() / 1000) << "two streams draw the same values";
 }
 
 // Constant weights before a timed call: packed once per schedule (never inside the

@@ -18,16 +18,15 @@ namespace {
 class Conv2dHarness final : public OpHarness {
  public:
   Conv2dHarness(const OpKey& key, const MeasureOptions& opt) : key_(key), opt_(opt), out_(Conv2dOutputDims(key)) {
-    std::mt19937_64 rng(opt.data_seed ^ key.Hash());
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::mt19937_64 rng(opt.data_seed ^ key.Hash());  // the reference's sample
     const int64_t n = key.dims[0], h = key.dims[1], w = key.dims[2], ic = key.dims[3], oc = key.dims[4];
     const int64_t kh = key.dims[5], kw = key.dims[6];
     x_.resize(size_t(n * h * w * ic));
     w_.resize(size_t(oc * kh * kw * ic));
     bias_.resize(size_t(oc));
-    for (auto& v : x_) v = u(rng);
-    for (auto& v : w_) v = u(rng);
-    for (auto& v : bias_) v = u(rng);
+    FillUniform(OperandStream(opt.data_seed, key, 0), x_);
+    FillUniform(OperandStream(opt.data_seed, key, 1), w_);
+    FillUniform(OperandStream(opt.data_seed, key, 2), bias_);
     const int64_t total = OutputElems();
     if (total <= opt.full_check_elements) {
       checked_.resize(size_t(total));

@@ -41,11 +41,10 @@ double OutputRounding(DType d) { return d == DType::kBF16 ? 8e-3 : d == DType::k
 class CudaGemmHarness final : public OpHarness {
  public:
   CudaGemmHarness(const OpKey& key, const MeasureOptions& opt) : key_(key), opt_(opt) {
-    std::mt19937_64 rng(opt.data_seed ^ key.Hash());
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::mt19937_64 rng(opt.data_seed ^ key.Hash());  // the reference's sample
     std::vector<float> a(size_t(key.m() * key.k())), b(size_t(key.k() * key.n()));
-    for (auto& x : a) x = u(rng);
-    for (auto& x : b) x = u(rng);
+    FillUniform(OperandStream(opt.data_seed, key, 0), a);
+    FillUniform(OperandStream(opt.data_seed, key, 1), b);
     a_bytes_ = Store(key.dtype, a);
     b_bytes_ = Store(key.dtype, b);
     ref_ = MakeGemmReference(key, a.data(), b.data(), opt, rng);

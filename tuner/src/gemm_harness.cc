@@ -18,12 +18,11 @@ namespace {
 class GemmHarness final : public OpHarness {
  public:
   GemmHarness(const OpKey& key, const MeasureOptions& opt) : key_(key), opt_(opt) {
-    std::mt19937_64 rng(opt.data_seed ^ key.Hash());
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::mt19937_64 rng(opt.data_seed ^ key.Hash());  // the reference's sample
     a_.resize(size_t(key.m() * key.k()));
     b_.resize(size_t(key.k() * key.n()));
-    for (auto& x : a_) x = u(rng);
-    for (auto& x : b_) x = u(rng);
+    FillUniform(OperandStream(opt.data_seed, key, 0), a_);
+    FillUniform(OperandStream(opt.data_seed, key, 1), b_);
     GemmReference r = MakeGemmReference(key, a_.data(), b_.data(), opt, rng);
     checked_ = std::move(r.checked);
     ref_ = std::move(r.ref);

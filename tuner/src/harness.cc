@@ -86,6 +86,16 @@ void FlushFromCache(const void* p, size_t bytes) {
   _mm_mfence();
 }
 
+void FillUniform(uint64_t stream, std::span<float> out) {
+  for (size_t i = 0; i < out.size(); ++i) {
+    uint64_t z = stream + 0x9e3779b97f4a7c15ULL * (uint64_t(i) + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    out[i] = float(int32_t(z >> 40) - (int32_t{1} << 23)) * (1.0f / float(1 << 23));
+  }
+}
+
 int64_t RotatedCopies(int64_t set_bytes, const MeasureOptions& options, const DeviceInfo& device) {
   int64_t budget = options.rotate_bytes;
   if (budget <= 0) {
