@@ -441,6 +441,7 @@ TEST(TuneCliTest, ShardsTuneEveryKeyExactlyOnceAndMergeToASingleRunsKeys) {
   const int n = 3;
   std::multiset<std::string> got;
   std::string bundles;
+  std::vector<std::string> shard_bundles;
   for (int i = 0; i < n; ++i) {
     const std::string log = TempPath(fmt::format("shard{}.jsonl", i)), out = TempPath(fmt::format("shard{}.cgb", i));
     r = RunCli(fmt::format("{} --shard {}/{} --log {} --out {}", common, i, n, log, out));
@@ -450,6 +451,7 @@ TEST(TuneCliTest, ShardsTuneEveryKeyExactlyOnceAndMergeToASingleRunsKeys) {
     const auto mine = keys_of(out);
     got.insert(mine.begin(), mine.end());  // a key in two shards would appear twice
     bundles += " " + out;
+    shard_bundles.push_back(out);
     std::remove(log.c_str());
   }
   EXPECT_EQ(got, want);
@@ -489,6 +491,7 @@ TEST(TuneCliTest, ShardsTuneEveryKeyExactlyOnceAndMergeToASingleRunsKeys) {
     EXPECT_NE(r.output.find("must be I/N"), std::string::npos) << r.output;
   }
   for (const std::string& p : {workload, single_log, single, merged}) std::remove(p.c_str());
+  for (const std::string& p : shard_bundles) std::remove(p.c_str());
 }
 
 TEST(TuneCliTest, FromReportMergesSeveralReplicasReports) {
