@@ -454,8 +454,9 @@ TEST(TunerTest, ProposalsOfAnEnumeratingVariantAreTheFirstTrials) {
 
 // A library variant whose points are valid only as its heuristic returns them
 // (cuBLASLt: 1e14 declared points, a handful valid): its candidates are the first
-// trials and the search goes on in the other variants' points instead of drawing
-// from its block (which stalled a GPU tuning run for minutes per key).
+// trials and the search goes on in the other variants' points, which the space's
+// draws, neighbours and grid walk keep to (drawing from the whole space, a GPU
+// tuning run stalled on such a block).
 constexpr auto kWideValues = [] {
   std::array<int32_t, 1024> v{};
   for (int32_t i = 0; i < 1024; ++i) v[size_t(i)] = i;
@@ -511,12 +512,10 @@ TEST(TunerTest, ACandidatesOnlyVariantIsMeasuredFromItsCandidatesAndNotSearched)
     TunerOptions o = Fast({key}, strategy, 12, log);
     o.variants = {both[0], both[1]};
     FakeMeasurer fake(host);
-    const auto start = std::chrono::steady_clock::now();
     std::vector<std::string> trials;
     for (const auto& r : TuneWithFakeTimes(o, fake))
       if (r.kind == RecordKind::kTrial) trials.push_back(r.schedule.variant);
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0);
-    ASSERT_EQ(trials.size(), 12u);
+    ASSERT_EQ(trials.size(), 12u) << "the search found too few of the own variant's points";
     EXPECT_EQ(trials[0], kCandidatesOnly.name);
     EXPECT_EQ(trials[1], kCandidatesOnly.name);
     for (size_t i = 2; i < trials.size(); ++i) EXPECT_EQ(trials[i], own->name);
