@@ -227,43 +227,43 @@ StatusOr<std::vector<MeasureResult>> SandboxMeasurer::Run(const OpKey& key, std:
     long in_flight = -1;
     const double batch_s = interleaved ? timeout_s * double(pending.size()) : timeout_s;
     const SandboxLineFn on_line = [&](const std::string& line) -> double {
-          if (line.size() > 2 && line[0] == 'S') {
-            in_flight = std::strtol(line.c_str() + 2, nullptr, 10);
-            return timeout_s;
-          }
-          if (line.size() > 2 && line[0] == 'R') {
-            char* end = nullptr;
-            const size_t i = std::strtoul(line.c_str() + 2, &end, 10);
-            const bool ok = std::strtol(end, &end, 10) == 1;
-            const double us = std::strtod(end, &end);
-            const double spread = std::strtod(end, &end);
-            std::vector<double> rounds;
-            if (ok) {
-              const long n = std::strtol(end, &end, 10);
-              for (long g = 0; g < n && g < 100000; ++g) rounds.push_back(std::strtod(end, &end));
-            }
-            std::string err = *end == ' ' ? std::string(end + 1) : std::string(end);
-            if (i < schedules.size() && !done[i]) finish(i, ok, us, std::move(err), spread, std::move(rounds));
-            in_flight = -1;
-            return batch_s;
-          }
-          return 0;
-        };
+      if (line.size() > 2 && line[0] == 'S') {
+        in_flight = std::strtol(line.c_str() + 2, nullptr, 10);
+        return timeout_s;
+      }
+      if (line.size() > 2 && line[0] == 'R') {
+        char* end = nullptr;
+        const size_t i = std::strtoul(line.c_str() + 2, &end, 10);
+        const bool ok = std::strtol(end, &end, 10) == 1;
+        const double us = std::strtod(end, &end);
+        const double spread = std::strtod(end, &end);
+        std::vector<double> rounds;
+        if (ok) {
+          const long n = std::strtol(end, &end, 10);
+          for (long g = 0; g < n && g < 100000; ++g) rounds.push_back(std::strtod(end, &end));
+        }
+        std::string err = *end == ' ' ? std::string(end + 1) : std::string(end);
+        if (i < schedules.size() && !done[i]) finish(i, ok, us, std::move(err), spread, std::move(rounds));
+        in_flight = -1;
+        return batch_s;
+      }
+      return 0;
+    };
+    const double first_line_s = setup_s + (interleaved ? batch_s : 0);
     SandboxOutcome outcome;
     if (spawn) {
       if (!worker_ || !worker_->alive()) {
         worker_.reset();
         CG_ASSIGN_OR_RETURN(worker_, SpawnedWorker::Start(options_.worker_command));
       }
-      outcome = worker_->RunJob(JobJson(device_, options_, key, schedules, pending, interleaved),
-                                setup_s + (interleaved ? batch_s : 0), on_line);
+      outcome = worker_->RunJob(JobJson(device_, options_, key, schedules, pending, interleaved), first_line_s, on_line);
     } else {
       SandboxTask task;
       task.body = [&, harness](int fd) {
         harness->Arm(device_);
         WorkerLoop(fd, *harness, options_, schedules, pending, interleaved);
       };
-      CG_ASSIGN_OR_RETURN(outcome, RunSandboxed(task, setup_s + (interleaved ? batch_s : 0), on_line));
+      CG_ASSIGN_OR_RETURN(outcome, RunSandboxed(task, first_line_s, on_line));
     }
     std::vector<size_t> rest;
     for (size_t i : pending)
