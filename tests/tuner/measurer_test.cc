@@ -25,6 +25,18 @@
 namespace cliffguard::tuner::testing {
 namespace {
 
+// The whitespace-separated integers a test's child process wrote to `path`, which
+// is then removed (empty when it cannot be read).
+std::vector<long> TakeNumbers(const std::string& path) {
+  std::vector<long> out;
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    for (long v; std::fscanf(f, "%ld", &v) == 1;) out.push_back(v);
+    std::fclose(f);
+  }
+  std::remove(path.c_str());
+  return out;
+}
+
 constexpr int32_t kBlockValues[] = {4, 8, 16, 32};
 constexpr int32_t kUnrollValues[] = {1, 2, 4};
 constexpr ParamSpec kPlantedParams[] = {
@@ -216,14 +228,9 @@ TEST(MeasurerTest, InterleavedCallsAlternateWithinEachRound) {
     EXPECT_GE(r.median_us, *lo);
     EXPECT_LE(r.median_us, *hi);
   }
-  std::vector<int> calls;
-  FILE* f = std::fopen(log.c_str(), "r");
-  ASSERT_NE(f, nullptr);
-  for (int v; std::fscanf(f, "%d", &v) == 1;) calls.push_back(v);
-  std::fclose(f);
-  std::remove(log.c_str());
+  const std::vector<long> calls = TakeNumbers(log);
   ASSERT_GE(calls.size(), 30u);  // check and warm-up calls, then 5 rounds x 3 x 2 timed ones
-  const std::vector<int> timed(calls.end() - 30, calls.end());
+  const std::vector<long> timed(calls.end() - 30, calls.end());
   for (size_t i = 0; i < timed.size(); ++i) EXPECT_EQ(timed[i], i % 2 ? 16 : 4) << "call " << i << " of the timed ones";
 }
 
@@ -282,12 +289,7 @@ TEST(MeasurerTest, ASpawnedWorkerServesManyBatchesAndIsReplacedAfterACrash) {
   EXPECT_EQ(errors[0], "");
   EXPECT_NE(errors[1].find("crashed: worker killed by signal 9"), std::string::npos) << errors[1];
   EXPECT_EQ(errors[2], "");
-  std::vector<long> seen;
-  FILE* f = std::fopen(pids.c_str(), "r");
-  ASSERT_NE(f, nullptr);
-  for (long v; std::fscanf(f, "%ld", &v) == 1;) seen.push_back(v);
-  std::fclose(f);
-  std::remove(pids.c_str());
+  const std::vector<long> seen = TakeNumbers(pids);
   ASSERT_EQ(seen.size(), 3u);
   EXPECT_EQ(seen[0], seen[1]) << "the second batch started a new worker";
   EXPECT_NE(seen[2], seen[1]) << "the crashed worker was not replaced";
@@ -325,9 +327,13 @@ TEST(MeasurerTest, HarnessInputsAreUniformAndDeterministicPerStream) {
   }
   for (int c : bins) EXPECT_NEAR(c, a.size() / 10.0, a.size() * 0.003) << "a bin of width 0.2";
   EXPECT_NEAR(sum / double(a.size()), 0.0, 0.01);
-  size_t same = 0;
-  for (size_t i = 0; i < a.size(); ++i) same += a[i] == b[i];
-  EXPECT_LT(same, a.size() / 1000) << "two streams draw the same values";
+  // Not the same sequence, nor one shifted by a few places (correlated operands hide
+  // a kernel that reads one where it should read the other).
+  for (int shift = -3; shift <= 3; ++shift) {
+    size_t same = 0;
+    for (size_t i = 3; i + 3 < a.size(); ++i) same += a[i] == b[size_t(int64_t(i) + shift)];
+    EXPECT_LT(same, a.size() / 1000) << "operand 1 repeats operand 0 shifted by " << shift;
+  }
 }
 
 // Constant weights before a timed call: packed once per schedule (never inside the

@@ -83,9 +83,11 @@ void FlushFromCache(const void* p, size_t bytes);
 // 4096 GEMM, paid at every key a measurement worker takes up. A harness draws each
 // operand from its own stream (OperandStream).
 void FillUniform(uint64_t stream, std::span<float> out);
-// The stream of a harness's operand `index` (0, 1, ...) for a key and data seed.
+// The stream of a harness's operand `index` (0, 1, ...) for a key and data seed: a
+// hashed start, so that no operand's sequence is another's shifted by a few places
+// (starts one SplitMix step apart would make it so).
 inline uint64_t OperandStream(uint64_t data_seed, const OpKey& key, int index) {
-  return MixHash64(data_seed ^ key.Hash()) + 0x9e3779b97f4a7c15ULL * uint64_t(index + 1);
+  return MixHash64(MixHash64(data_seed ^ key.Hash()) ^ uint64_t(index + 1));
 }
 
 // The number of rotated copies of an operand set of `set_bytes` that cover
