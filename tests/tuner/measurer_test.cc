@@ -366,5 +366,69 @@ TEST(MeasurerTest, ColdConstantWeightsArePackedOnceAndKeptIntact) {
   EXPECT_EQ(b, b0);
 }
 
+// Schedules timed together get copies of what their calls read, handed out in turn
+// (serving's conditions: a call's weights displaced by other weights' reads); each
+// copy holds exactly the packed (or stored) weights; outside a rotation a call reads
+// the one copy.
+TEST(MeasurerTest, RotatedWeightsAreExactCopiesHandedOutInTurn) {
+  OpKey key = OpKey::Gemm(4, 40, 36, false, true);
+  key.constant_weights = true;
+  const DeviceInfo host = HostCpuDevice(1);
+  auto packs = DefaultSchedule(key, host);
+  ASSERT_TRUE(packs.ok()) << packs.status().ToString();
+  if (!packs->variant->pack_weights) GTEST_SKIP() << packs->variant->name << " reads the weights as stored";
+  const KernelVariant* in_place = nullptr;
+  for (const KernelVariant& v : AllKernelVariants())
+    if (!v.pack_weights && VariantSupports(v, key, host).ok()) in_place = &v;
+  ASSERT_NE(in_place, nullptr) << "no variant reads the weights as stored";
+  const Schedule stored = VariantDefaultSchedule(*in_place, key, host);
+  std::vector<float> b(size_t(key.n() * key.k()));
+  FillUniform(7, b);
+  const std::vector<float> b0 = b;
+  const size_t b_bytes = b.size() * sizeof(float);
+  const size_t packed_bytes = packs->variant->packed_weights_bytes(*packs->variant, key, packs->params);
+  PackedWeightsCache cache;
+  auto one = cache.Get(*packs, key, b.data(), key.k());
+  ASSERT_TRUE(one.ok() && *one);
+  const std::vector<char> packed(static_cast<const char*>(*one), static_cast<const char*>(*one) + packed_bytes);
+
+  const int64_t cover = int64_t(8 * (packed_bytes + b_bytes));
+  const std::vector<Schedule> batch = {*packs, stored};
+  ASSERT_TRUE(cache.Rotate(batch, key, b.data(), key.k(), b_bytes, cover).ok());
+  size_t covered = 0;
+  for (const auto& [s, want] : {std::pair{*packs, std::span<const char>(packed)},
+                                std::pair{stored, std::span<const char>(reinterpret_cast<const char*>(b0.data()), b_bytes)}}) {
+    std::vector<const void*> seen;
+    for (int call = 0; call < 64; ++call) {
+      auto w = cache.Call(s, key, b.data(), key.k());
+      ASSERT_TRUE(w.ok());
+      if (call > 0 && *w == seen[0]) break;
+      ASSERT_EQ(std::find(seen.begin(), seen.end(), *w), seen.end()) << "a copy handed out twice in one turn";
+      seen.push_back(*w);
+      EXPECT_EQ(std::memcmp(*w, want.data(), want.size()), 0) << s.ToString() << ": copy " << call << " differs";
+      EXPECT_NE(*w, static_cast<const void*>(b.data())) << "the weights themselves are not a rotated copy";
+    }
+    EXPECT_GE(seen.size(), 2u) << s.ToString();
+    covered += seen.size() * want.size();
+    ASSERT_TRUE(cache.Cool(s, key, b.data(), key.k(), b_bytes).ok());
+  }
+  EXPECT_GE(covered, size_t(cover)) << "the batch's copies cover the cover";
+
+  // After the rotation: the one copy.
+  ASSERT_TRUE(cache.Rotate({}, key, b.data(), key.k(), b_bytes, cover).ok());
+  auto after = cache.Call(*packs, key, b.data(), key.k());
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(*after, *one);
+  auto in_place_after = cache.Call(stored, key, b.data(), key.k());
+  ASSERT_TRUE(in_place_after.ok());
+  EXPECT_EQ(*in_place_after, static_cast<const void*>(b.data()));
+  // One schedule whose weights fill the cover alone: one copy, flushed before each call.
+  ASSERT_TRUE(cache.Rotate(std::span(&*packs, 1), key, b.data(), key.k(), b_bytes, int64_t(packed_bytes)).ok());
+  auto alone = cache.Call(*packs, key, b.data(), key.k());
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ(*alone, *one);
+  EXPECT_EQ(b, b0);
+}
+
 }  // namespace
 }  // namespace cliffguard::tuner::testing

@@ -75,6 +75,7 @@ class Conv2dHarness final : public OpHarness {
   void Arm(const DeviceInfo& device) override {
     const int64_t set_bytes = 4 * int64_t(x_.size() + w_.size() + size_t(OutputElems()));
     sets_.resize(size_t(RotatedCopies(set_bytes, opt_, device)));
+    cover_bytes_ = CoverBytes(opt_, device);
     for (auto& s : sets_) {
       s.x = x_;
       s.w = w_;
@@ -106,6 +107,11 @@ class Conv2dHarness final : public OpHarness {
     return OpHarness::TimeOne(s);
   }
 
+  Status Rotate(std::span<const Schedule> batch) override {
+    if (!key_.constant_weights) return Status::Ok();
+    return packed_.Rotate(batch, key_, w_.data(), FilterLd(), w_.size() * sizeof(float), cover_bytes_);
+  }
+
   Status Run(const Schedule& s) override {
     Set& set = sets_[next_++ % sets_.size()];
     CG_ASSIGN_OR_RETURN(Conv2dArgs args, Args(s, set));
@@ -120,15 +126,15 @@ class Conv2dHarness final : public OpHarness {
   int64_t FilterLd() const { return key_.dims[5] * key_.dims[6] * key_.dims[3]; }  // an OHWI filter row
   int64_t OutputElems() const { return key_.dims[0] * out_.oh * out_.ow * key_.dims[4]; }
 
-  // A constant-weights key runs as a plan does: its one filter, packed before the
-  // first call and evicted from the caches before each timed call; otherwise the
-  // set's own OHWI filter per call.
+  // A constant-weights key runs as a plan does: its filter packed before the first
+  // call, cold at every timed call (PackedWeightsCache::Cool, Rotate); otherwise
+  // the set's own OHWI filter per call.
   StatusOr<Conv2dArgs> Args(const Schedule& s, Set& set) {
     Conv2dArgs args = DenseConv2dArgs(key_, set.x.data(), set.w.data(), bias_.data(), set.y.data());
     if (key_.constant_weights) {
-      CG_ASSIGN_OR_RETURN(const void* packed, packed_.Get(s, key_, w_.data(), FilterLd()));
-      args.weights = w_.data();
-      args.packed_weights = packed;
+      CG_ASSIGN_OR_RETURN(const void* w, packed_.Call(s, key_, w_.data(), FilterLd()));
+      args.weights = s.variant->pack_weights ? w_.data() : static_cast<const float*>(w);
+      args.packed_weights = s.variant->pack_weights ? w : nullptr;
     }
     return args;
   }
@@ -141,6 +147,7 @@ class Conv2dHarness final : public OpHarness {
   std::vector<double> ref_, scale_;   // reference value and sum of |products| per checked index
   std::vector<Set> sets_;
   size_t next_ = 1;
+  int64_t cover_bytes_ = 0;  // what rotated copies cover (CoverBytes)
   PackedWeightsCache packed_;
 };
 

@@ -34,6 +34,7 @@ class GemmHarness final : public OpHarness {
   void Arm(const DeviceInfo& device) override {
     const int64_t set_bytes = 4 * int64_t(a_.size() + b_.size() + size_t(key_.m() * key_.n()));
     const int64_t copies = RotatedCopies(set_bytes, opt_, device);
+    cover_bytes_ = CoverBytes(opt_, device);
     sets_.resize(size_t(copies));
     for (auto& s : sets_) {
       s.a = a_;
@@ -47,7 +48,7 @@ class GemmHarness final : public OpHarness {
     std::fill(set.c.begin(), set.c.end(), std::numeric_limits<float>::quiet_NaN());
     GemmArgs args = DenseGemmArgs(key_, set.a.data(), set.b.data(), set.c.data());
     if (key_.constant_weights) {
-      auto w = packed_.Get(s, key_, b_.data(), DenseGemmArgs(key_, nullptr, nullptr, nullptr).ldb);
+      auto w = packed_.Get(s, key_, b_.data(), Ldb());
       if (!w.ok()) return fmt::format("kernel failed: {}", w.status().ToString());
       args.b = b_.data();
       args.packed_b = *w;
@@ -64,19 +65,23 @@ class GemmHarness final : public OpHarness {
   // Constant weights: read from memory by every timed call (PackedWeightsCache::Cool).
   StatusOr<double> TimeOne(const Schedule& s) override {
     if (key_.constant_weights)
-      CG_RETURN_IF_ERROR(packed_.Cool(s, key_, b_.data(), DenseGemmArgs(key_, nullptr, nullptr, nullptr).ldb,
+      CG_RETURN_IF_ERROR(packed_.Cool(s, key_, b_.data(), Ldb(),
                                       b_.size() * sizeof(float)));
     return OpHarness::TimeOne(s);
+  }
+
+  Status Rotate(std::span<const Schedule> batch) override {
+    if (!key_.constant_weights) return Status::Ok();
+    return packed_.Rotate(batch, key_, b_.data(), Ldb(), b_.size() * sizeof(float), cover_bytes_);
   }
 
   Status Run(const Schedule& s) override {
     Set& set = sets_[next_++ % sets_.size()];
     GemmArgs args = DenseGemmArgs(key_, set.a.data(), set.b.data(), set.c.data());
-    if (key_.constant_weights) {  // as a plan runs: its one copy of B, packed before the first call, cold
-      auto w = packed_.Get(s, key_, b_.data(), DenseGemmArgs(key_, nullptr, nullptr, nullptr).ldb);
-      if (!w.ok()) return w.status();
-      args.b = b_.data();
-      args.packed_b = *w;
+    if (key_.constant_weights) {  // as a plan runs: B packed (or copied) before the first call, cold
+      CG_ASSIGN_OR_RETURN(const void* w, packed_.Call(s, key_, b_.data(), Ldb()));
+      args.b = s.variant->pack_weights ? b_.data() : static_cast<const float*>(w);
+      args.packed_b = s.variant->pack_weights ? w : nullptr;
     }
     return RunGemm(s, args);
   }
@@ -85,6 +90,8 @@ class GemmHarness final : public OpHarness {
   struct Set {
     std::vector<float> a, b, c;
   };
+  int64_t Ldb() const { return DenseGemmArgs(key_, nullptr, nullptr, nullptr).ldb; }
+
   PackedWeightsCache packed_;  // constant-weights keys: B packed once per schedule, as a plan packs it
   OpKey key_;
   MeasureOptions opt_;
@@ -93,6 +100,7 @@ class GemmHarness final : public OpHarness {
   std::vector<double> ref_, scale_;  // reference value and sum |a b| per checked index
   std::vector<Set> sets_;
   size_t next_ = 1;
+  int64_t cover_bytes_ = 0;  // what rotated copies cover (CoverBytes)
 };
 
 }  // namespace

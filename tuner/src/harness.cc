@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include <fmt/format.h>
@@ -41,13 +42,62 @@ StatusOr<const void*> PackedWeightsCache::Get(const Schedule& s, const OpKey& ke
   return static_cast<const void*>(p ? p->data.get() : nullptr);
 }
 
+PackedWeightsCache::Rotated* PackedWeightsCache::Rotation(const Schedule& s) {
+  for (Rotated& r : rotated_)
+    if (r.schedule == s) return &r;
+  return nullptr;
+}
+
+StatusOr<const void*> PackedWeightsCache::Call(const Schedule& s, const OpKey& key, const void* weights, int64_t ld) {
+  if (Rotated* r = Rotation(s)) return r->copies[r->next++ % r->copies.size()];
+  CG_ASSIGN_OR_RETURN(const Packed* p, Entry(s, key, weights, ld));
+  return p ? static_cast<const void*>(p->data.get()) : weights;
+}
+
 Status PackedWeightsCache::Cool(const Schedule& s, const OpKey& key, const void* weights, int64_t ld,
                                 size_t weights_bytes) {
+  if (Rotation(s)) return Status::Ok();
   CG_ASSIGN_OR_RETURN(const Packed* p, Entry(s, key, weights, ld));
   if (p) {
     FlushFromCache(p->data.get(), p->bytes);
   } else {
     FlushFromCache(weights, weights_bytes);
+  }
+  return Status::Ok();
+}
+
+Status PackedWeightsCache::Rotate(std::span<const Schedule> batch, const OpKey& key, const void* weights, int64_t ld,
+                                  size_t weights_bytes, int64_t cover_bytes) {
+  rotated_.clear();
+  if (batch.empty()) return Status::Ok();
+  std::vector<size_t> bytes, copies;
+  size_t total = 0;
+  for (const Schedule& s : batch) {
+    const KernelVariant& v = *s.variant;
+    const size_t b = ((v.pack_weights ? v.packed_weights_bytes(v, key, s.params) : weights_bytes) + 63) / 64 * 64;
+    const size_t share = (size_t(std::max<int64_t>(cover_bytes, 1)) + batch.size() - 1) / batch.size();
+    bytes.push_back(b);
+    copies.push_back(std::max<size_t>(1, (share + b - 1) / b));
+    total += bytes.back() * copies.back();
+  }
+  if (total > kMaxRotatedBytes || (batch.size() == 1 && copies[0] == 1)) return Status::Ok();
+  if (arena_bytes_ < total) {
+    arena_.reset(static_cast<char*>(std::aligned_alloc(64, total)));
+    arena_bytes_ = arena_ ? total : 0;
+    if (!arena_)
+      return Internal(fmt::format("measurer: cannot allocate {} bytes for rotated copies of the weights", total));
+  }
+  char* at = arena_.get();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    CG_ASSIGN_OR_RETURN(const Packed* p, Entry(batch[i], key, weights, ld));  // copied before the next Entry
+    const void* src = p ? static_cast<const void*>(p->data.get()) : weights;
+    const size_t used = p ? p->bytes : weights_bytes;
+    Rotated r{batch[i], {}, 0};
+    for (size_t c = 0; c < copies[i]; ++c, at += bytes[i]) {
+      std::memcpy(at, src, used);
+      r.copies.push_back(at);
+    }
+    rotated_.push_back(std::move(r));
   }
   return Status::Ok();
 }
@@ -96,12 +146,14 @@ void FillUniform(uint64_t stream, std::span<float> out) {
   }
 }
 
+int64_t CoverBytes(const MeasureOptions& options, const DeviceInfo& device) {
+  if (options.rotate_bytes > 0) return options.rotate_bytes;
+  const int64_t cache = device.l3_bytes + device.l2_bytes * std::max(1, device.threads);
+  return 2 * (cache > 0 ? cache : (int64_t{32} << 20));
+}
+
 int64_t RotatedCopies(int64_t set_bytes, const MeasureOptions& options, const DeviceInfo& device) {
-  int64_t budget = options.rotate_bytes;
-  if (budget <= 0) {
-    const int64_t cache = device.l3_bytes + device.l2_bytes * std::max(1, device.threads);
-    budget = 2 * (cache > 0 ? cache : (int64_t{32} << 20));
-  }
+  const int64_t budget = CoverBytes(options, device);
   set_bytes = std::max<int64_t>(1, set_bytes);
   int64_t copies = (budget + set_bytes - 1) / set_bytes;
   copies = std::clamp<int64_t>(copies, 1, std::max(1, options.max_copies));

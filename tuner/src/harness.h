@@ -38,6 +38,11 @@ class OpHarness {
   // One timed call, in microseconds: by default Run() between two reads of the host
   // clock; a device harness times the device's work (CUDA events) instead.
   virtual StatusOr<double> TimeOne(const Schedule& s);
+  // Before schedules are timed together (MeasureInterleaved: the re-measurement,
+  // the confirmation, bucket ends, `compare`), with them; after, with none. A
+  // constant-weights harness then times their calls in serving's conditions
+  // (PackedWeightsCache::Rotate). Default: nothing.
+  virtual Status Rotate(std::span<const Schedule> /*batch*/) { return Status::Ok(); }
 };
 
 // Constant weights packed once per schedule (outside any timed call), as a plan
@@ -48,14 +53,27 @@ class PackedWeightsCache {
   // takes them, leading dimension `ld`), or nullptr for a variant that reads the
   // weights as stored.
   StatusOr<const void*> Get(const Schedule& s, const OpKey& key, const void* weights, int64_t ld);
+  // What a timed call of s reads: its next rotated copy (Rotate), else its one
+  // copy: the packed weights, or `weights` itself for a variant that does not pack.
+  StatusOr<const void*> Call(const Schedule& s, const OpKey& key, const void* weights, int64_t ld);
   // Before a timed call of a constant-weights key: packs s's weights if not yet done
   // (never inside the timed call), then evicts what the call reads (the packed
   // weights, or the weights as stored for a variant that does not pack) from every
-  // cache level, so that the call reads its weights from memory, as a layer
-  // does in serving, where the other layers' weights displace them between its calls
-  // (bench_serving's plans rotate copies for the same reason). One copy of the
-  // weights stays enough: a model's weights are far larger than the last-level cache.
+  // cache level, so that the call reads its weights from memory. A schedule of the
+  // rotation is left as it is: its copies are displaced by the others' reads.
   Status Cool(const Schedule& s, const OpKey& key, const void* weights, int64_t ld, size_t weights_bytes);
+  // Serving's conditions for schedules timed together: each gets copies of what its
+  // calls read, so many that the batch's copies cover `cover_bytes`, and Call hands
+  // them out in turn. A call then finds its weights displaced by the reads of
+  // gigabytes of other weights, as a layer finds its own displaced by the other
+  // layers' (bench_serving's plans rotate copies the same way). A flushed single
+  // copy is not that state: it measured a GEMM schedule 1.14-1.22x faster than the
+  // small-m kernel where serving (and this rotation) found them within 3%
+  // (bench/RESULTS.md). No rotation (one flushed copy each) for a batch of one
+  // schedule that fills the cover alone, or whose copies would exceed
+  // kMaxRotatedBytes. An empty batch ends the rotation.
+  Status Rotate(std::span<const Schedule> batch, const OpKey& key, const void* weights, int64_t ld,
+                size_t weights_bytes, int64_t cover_bytes);
 
  private:
   struct Packed {
@@ -63,14 +81,24 @@ class PackedWeightsCache {
     std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
     size_t bytes = 0;
   };
+  struct Rotated {
+    Schedule schedule;
+    std::vector<const void*> copies;  // in arena_
+    size_t next = 0;
+  };
   // s's entry, packed now if it is not yet (nullptr for a variant without pack_weights).
   StatusOr<const Packed*> Entry(const Schedule& s, const OpKey& key, const void* weights, int64_t ld);
+  Rotated* Rotation(const Schedule& s);
   // Enough for every schedule of an interleaved batch (all are checked, so packed,
   // before any is timed); beyond these bounds the oldest packings are dropped.
   static constexpr size_t kMaxPacked = 64;
   static constexpr size_t kMaxPackedBytes = size_t{2} << 30;
+  static constexpr size_t kMaxRotatedBytes = size_t{2} << 30;
   std::vector<Packed> packed_;
   size_t packed_bytes_ = 0;
+  std::vector<Rotated> rotated_;
+  std::unique_ptr<char, decltype(&std::free)> arena_{nullptr, &std::free};
+  size_t arena_bytes_ = 0;
 };
 
 // Evicts [p, p + bytes) from every cache level (clflushopt per line where the CPU
@@ -90,9 +118,11 @@ inline uint64_t OperandStream(uint64_t data_seed, const OpKey& key, int index) {
   return MixHash64(MixHash64(data_seed ^ key.Hash()) ^ uint64_t(index + 1));
 }
 
+// The footprint rotated copies cover: options.rotate_bytes, or twice the device's
+// cache (L3 + L2 x threads; 32 MiB when unknown).
+int64_t CoverBytes(const MeasureOptions& options, const DeviceInfo& device);
 // The number of rotated copies of an operand set of `set_bytes` that cover
-// options.rotate_bytes (or twice the device's cache), within options.max_copies
-// and 1 GiB.
+// CoverBytes, within options.max_copies and 1 GiB.
 int64_t RotatedCopies(int64_t set_bytes, const MeasureOptions& options, const DeviceInfo& device);
 
 // The worst relative error of an output against its reference at the checked

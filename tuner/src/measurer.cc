@@ -113,10 +113,17 @@ void WorkerLoop(int fd, OpHarness& h, const MeasureOptions& opt, std::span<const
   }
   std::vector<std::string> errs(pending.size());
   std::vector<std::vector<Calls>> times(pending.size());  // [candidate][round]
+  std::vector<Schedule> batch;
   for (size_t t = 0; t < pending.size(); ++t) {
     errs[t] = h.Check(schedules[pending[t]]);
-    if (errs[t].empty()) errs[t] = warmup(schedules[pending[t]]);
+    if (errs[t].empty()) batch.push_back(schedules[pending[t]]);
   }
+  if (Status st = h.Rotate(batch); !st.ok()) {
+    std::fprintf(stderr, "measure worker: %s\n", st.ToString().c_str());
+    fail();
+  }
+  for (size_t t = 0; t < pending.size(); ++t)
+    if (errs[t].empty()) errs[t] = warmup(schedules[pending[t]]);
   const int rounds = std::max(1, opt.interleave_rounds);
   const int per_round_calls = std::max(1, (std::max(1, opt.min_repeats) + rounds - 1) / rounds);
   for (int r = 0; r < rounds; ++r) {
@@ -133,6 +140,7 @@ void WorkerLoop(int fd, OpHarness& h, const MeasureOptions& opt, std::span<const
   }
   for (size_t t = 0; t < pending.size(); ++t)
     if (!WriteAll(fd, ResultLine(pending[t], times[t], errs[t]))) fail();
+  (void)h.Rotate({});  // ending a rotation cannot fail
 }
 
 // ---- the spawned worker's job ----
