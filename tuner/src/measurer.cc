@@ -56,21 +56,23 @@ struct Calls {
   }
 };
 
-// "R i 1 median spread n m_1 .. m_n" or "R i 0 0 0 error". The median is over every
-// timed call; m_g are the medians of the groups (the interleaved rounds; else four
-// consecutive parts of the run) and the spread is half their range: how far the
-// median moves within one measurement.
-std::string ResultLine(size_t i, const std::vector<Calls>& groups, const std::string& error) {
-  std::vector<double> all, medians;
+// "R i 1 median spread n m_1 .. m_n" or "R i 0 0 0 error". Separate measurements
+// (four consecutive parts of the run): m_g are the parts' medians and the median is
+// over every timed call. Interleaved rounds: m_g are the rounds' mean call times
+// (what a run of calls costs, a kernel's own slow calls included, as serving pays
+// them and bench_serving times them) and the median is over the rounds. The spread
+// is half the range of the m_g: how far the result moves within one measurement.
+std::string ResultLine(size_t i, const std::vector<Calls>& groups, const std::string& error, bool round_means) {
+  std::vector<double> all, per_group;
   for (const auto& g : groups) {
     all.insert(all.end(), g.us.begin(), g.us.end());
-    if (!g.us.empty()) medians.push_back(Median(g.us));
+    if (!g.us.empty()) per_group.push_back(round_means ? g.total_us / double(g.us.size()) : Median(g.us));
   }
   if (!error.empty() || all.empty())
     return fmt::format("R {} 0 0 0 {}\n", i, OneLine(error.empty() ? "no timed call" : error));
-  const auto [lo, hi] = std::minmax_element(medians.begin(), medians.end());
-  return fmt::format("R {} 1 {:.17g} {:.17g} {} {:.17g}\n", i, Median(std::move(all)), 0.5 * (*hi - *lo),
-                     medians.size(), fmt::join(medians, " "));
+  const auto [lo, hi] = std::minmax_element(per_group.begin(), per_group.end());
+  return fmt::format("R {} 1 {:.17g} {:.17g} {} {:.17g}\n", i, round_means ? Median(per_group) : Median(std::move(all)),
+                     0.5 * (*hi - *lo), per_group.size(), fmt::join(per_group, " "));
 }
 
 // Four consecutive parts of one run's calls (one part when there are fewer calls).
@@ -107,7 +109,7 @@ void WorkerLoop(int fd, OpHarness& h, const MeasureOptions& opt, std::span<const
       if (err.empty()) err = warmup(s);
       Calls times;
       if (err.empty()) err = Time(h, s, opt, opt.min_time_ms, std::max(1, opt.min_repeats), times);
-      if (!WriteAll(fd, ResultLine(i, Parts(times), err))) fail();
+      if (!WriteAll(fd, ResultLine(i, Parts(times), err, false))) fail();
     }
     return;
   }
@@ -128,18 +130,19 @@ void WorkerLoop(int fd, OpHarness& h, const MeasureOptions& opt, std::span<const
   const int per_round_calls = std::max(1, (std::max(1, opt.min_repeats) + rounds - 1) / rounds);
   for (int r = 0; r < rounds; ++r) {
     for (auto& t : times) t.emplace_back();
-    for (bool more = true; more;) {  // one call of each candidate in turn
-      more = false;
-      for (size_t t = 0; t < pending.size(); ++t) {
-        Calls& round = times[t].back();
-        if (!errs[t].empty() || !round.Short(opt, opt.min_time_ms / 2, per_round_calls)) continue;
-        errs[t] = round.Add(h, schedules[pending[t]]);
-        more = true;
+    for (size_t i = 0; i < pending.size(); ++i) {  // each candidate's run, from the r-th on
+      const size_t t = (size_t(r) + i) % pending.size();
+      if (!errs[t].empty()) continue;
+      const Schedule& s = schedules[pending[t]];
+      if (Status st = h.Run(s); !st.ok()) {  // untimed: the switch from the previous candidate
+        errs[t] = fmt::format("kernel failed: {}", st.ToString());
+        continue;
       }
+      errs[t] = Time(h, s, opt, opt.min_time_ms / 2, per_round_calls, times[t].back());
     }
   }
   for (size_t t = 0; t < pending.size(); ++t)
-    if (!WriteAll(fd, ResultLine(pending[t], times[t], errs[t]))) fail();
+    if (!WriteAll(fd, ResultLine(pending[t], times[t], errs[t], true))) fail();
   (void)h.Rotate({});  // ending a rotation cannot fail
 }
 

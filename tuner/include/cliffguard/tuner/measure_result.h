@@ -14,15 +14,17 @@ struct MeasureResult {
   OpKey key;
   Schedule schedule;
   bool ok = false;        // passed the correctness gate and timed
-  double median_us = 0;   // median time per call, microseconds (ok only)
+  // Time per call, microseconds (ok only): the median of every timed call (Measure),
+  // or of the rounds' mean call times (MeasureInterleaved).
+  double median_us = 0;
   std::string error;      // why not ok, e.g. "wrong result: max error 3.1e-02 > 1.0e-03"
-  // How far the median moves within the measurement (ok only; 0: not known): half
-  // the range of the medians of its interleaved rounds, or of four consecutive parts.
+  // How far the result moves within the measurement (ok only; 0: not known): half
+  // the range of round_us.
   double spread_us = 0;
-  // Those medians, in order (ok only): one per interleaved round (MeasureInterleaved,
-  // where the candidates' calls alternate, so round r of two candidates measured
-  // together ran under the same conditions: ComparePaired in tuner.h), or one per
-  // quarter of the calls (Measure).
+  // In order (ok only): the mean call time of each interleaved round
+  // (MeasureInterleaved, where the candidates take turns, so round r of two
+  // candidates measured together ran under the same conditions: ComparePaired in
+  // tuner.h), or the median of each quarter of the calls (Measure).
   std::vector<double> round_us;
 };
 

@@ -110,11 +110,13 @@ class Measurer {
                                                        const ResultCallback& on_result = {}) = 0;
 
   // Re-measures candidates together for a near-tie decision or a confirmation:
-  // interleave_rounds rounds; within a round the candidates' calls alternate (one
-  // call of each in turn) until each has its share, so a slow spell of the machine
-  // (frequency, other processes, a hypervisor's steal) hits all of them alike and
-  // round r of two candidates can be compared as a pair. The median over all timed
-  // calls of a candidate is its result; round_us holds its per-round medians.
+  // interleave_rounds rounds; within a round each candidate in turn (the r-th first
+  // in round r) makes one untimed call and then a run of calls for its share, so a
+  // slow spell of the machine (frequency, other processes, a hypervisor's steal)
+  // hits all of them alike and round r of two candidates can be compared as a
+  // pair. round_us holds a candidate's mean call time per round (a kernel's own
+  // slow calls count, as serving pays them) and its result is their median. The
+  // constant weights of a key are rotated meanwhile (the harness's Rotate).
   virtual StatusOr<std::vector<MeasureResult>> MeasureInterleaved(const OpKey& key,
                                                                   std::span<const Schedule> schedules) = 0;
   // Caps the per-candidate timeout of later calls at `seconds` (0: the configured

@@ -22,8 +22,8 @@
 //      same measurement. A lone leader with no variant within the band is not
 //      re-measured.
 //   4. confirmation: the winner and the default, measured together again (interleaved
-//      rounds whose calls alternate, as the serving path runs them: B packed once
-//      for a constant-weights key; "confirm" records). The winner ships only when it
+//      rounds of runs of calls, as the serving path runs them: B packed once for a
+//      constant-weights key and rotated over copies; "confirm" records). The winner ships only when it
 //      is faster beyond the noise, judged round by round (ComparePaired): faster in
 //      at least three quarters of the rounds, and by more than confirm_min_gain in
 //      the median round. Else the default ships as the key's entry (a hit that runs
@@ -181,7 +181,7 @@ StatusOr<TuneResult> Tune(const TunerOptions& options);
 // Two schedules measured together (MeasureInterleaved), compared round by round:
 // round r of both ran under the same conditions, so a slow spell of the machine
 // that hits one round moves both and one round cannot decide. gain_r = 1 - a_r / b_r
-// (> 0: a faster in round r). Results without per-round medians, or with different
+// (> 0: a faster in round r). Results without per-round times, or with different
 // round counts, compare as one round of their medians.
 struct PairedComparison {
   int rounds = 0;
