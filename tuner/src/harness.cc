@@ -3,7 +3,6 @@
 #include "harness.h"
 
 #include <cpuid.h>
-#include <sys/mman.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -67,8 +66,6 @@ Status PackedWeightsCache::Cool(const Schedule& s, const OpKey& key, const void*
   return Status::Ok();
 }
 
-void PackedWeightsCache::Unmap::operator()(char* p) const noexcept { ::munmap(p, bytes); }
-
 Status PackedWeightsCache::Rotate(std::span<const Schedule> batch, const OpKey& key, const void* weights, int64_t ld,
                                   size_t weights_bytes, int64_t cover_bytes) {
   rotated_.clear();
@@ -84,12 +81,11 @@ Status PackedWeightsCache::Rotate(std::span<const Schedule> batch, const OpKey& 
     total += bytes.back() * copies.back();
   }
   if (total > kMaxRotatedBytes || (batch.size() == 1 && copies[0] == 1)) return Status::Ok();
-  if (arena_.get_deleter().bytes < total) {
-    arena_.reset();
-    void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (p == MAP_FAILED)
-      return Internal(fmt::format("measurer: cannot map {} bytes for rotated copies of the weights", total));
-    arena_ = std::unique_ptr<char, Unmap>(static_cast<char*>(p), Unmap{total});
+  if (arena_bytes_ < total) {
+    arena_.reset(static_cast<char*>(std::aligned_alloc(64, total)));
+    arena_bytes_ = arena_ ? total : 0;
+    if (!arena_)
+      return Internal(fmt::format("measurer: cannot allocate {} bytes for rotated copies of the weights", total));
   }
   char* at = arena_.get();
   for (size_t i = 0; i < batch.size(); ++i) {

@@ -68,7 +68,7 @@ class PackedWeightsCache {
   // gigabytes of other weights, as a layer finds its own displaced by the other
   // layers' (bench_serving's plans rotate copies the same way). A flushed single
   // copy is not that state: it measured a GEMM schedule 1.14-1.22x faster than the
-  // small-m kernel where serving (and this rotation) found them within 3%
+  // small-m kernel where bench_serving and this rotation found them within 4%
   // (bench/RESULTS.md). No rotation (one flushed copy each) for a batch of one
   // schedule that fills the cover alone, or whose copies would exceed
   // kMaxRotatedBytes. An empty batch ends the rotation.
@@ -97,13 +97,11 @@ class PackedWeightsCache {
   std::vector<Packed> packed_;
   size_t packed_bytes_ = 0;
   std::vector<Rotated> rotated_;
-  // The copies, mapped with their pages populated at once (MAP_POPULATE: a
-  // gigabyte in one call instead of a quarter million page faults).
-  struct Unmap {
-    size_t bytes;
-    void operator()(char* p) const noexcept;
-  };
-  std::unique_ptr<char, Unmap> arena_{nullptr, Unmap{0}};
+  // The copies, allocated and first touched as a plan's weights are (mapped with
+  // MAP_POPULATE instead, the small-m kernel read them up to 1.3x faster under KVM
+  // than from a plan: bench/RESULTS.md).
+  std::unique_ptr<char, decltype(&std::free)> arena_{nullptr, &std::free};
+  size_t arena_bytes_ = 0;
 };
 
 // Evicts [p, p + bytes) from every cache level (clflushopt per line where the CPU
