@@ -23,11 +23,12 @@
 //      re-measured.
 //   4. confirmation: the winner and the default, measured together again (interleaved
 //      rounds of runs of calls, as the serving path runs them: B packed once for a
-//      constant-weights key and rotated over copies; "confirm" records). The winner ships only when it
-//      is faster beyond the noise, judged round by round (ComparePaired): faster in
-//      at least three quarters of the rounds, and by more than confirm_min_gain in
-//      the median round. Else the default ships as the key's entry (a hit that runs
-//      the default). The entry records both medians and spreads of this measurement.
+//      constant-weights key and rotated over copies; "confirm" records). The winner
+//      ships only when it is faster beyond the noise, judged round by round
+//      (ComparePaired): faster in at least three quarters of the rounds, and by more
+//      than confirm_min_gain in the median round. Else the default ships as the key's
+//      entry (a hit that runs the default). The entry records both times and spreads
+//      of this measurement.
 //   5. bucket check (keys of TunerOptions::buckets only): at each end e of the range
 //      other than the key's own varying dimension, the end key
 //      WithVaryingDim(key, e) measures what ships (step 4's choice) against
