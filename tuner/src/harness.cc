@@ -70,12 +70,12 @@ Status PackedWeightsCache::Rotate(std::span<const Schedule> batch, const OpKey& 
                                   size_t weights_bytes, int64_t cover_bytes) {
   rotated_.clear();
   if (batch.empty()) return Status::Ok();
+  const size_t share = (size_t(std::max<int64_t>(cover_bytes, 1)) + batch.size() - 1) / batch.size();
   std::vector<size_t> bytes, copies;
   size_t total = 0;
   for (const Schedule& s : batch) {
     const KernelVariant& v = *s.variant;
     const size_t b = ((v.pack_weights ? v.packed_weights_bytes(v, key, s.params) : weights_bytes) + 63) / 64 * 64;
-    const size_t share = (size_t(std::max<int64_t>(cover_bytes, 1)) + batch.size() - 1) / batch.size();
     bytes.push_back(b);
     copies.push_back(std::max<size_t>(1, (share + b - 1) / b));
     total += bytes.back() * copies.back();
