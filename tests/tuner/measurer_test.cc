@@ -355,18 +355,19 @@ TEST(MeasurerTest, ColdConstantWeightsArePackedOnceAndKeptIntact) {
   const std::vector<float> b0 = b;
   PackedWeightsCache cache;
   ASSERT_TRUE(cache.Cool(*sched, key, b.data(), key.k(), b.size() * sizeof(float)).ok());
-  auto first = cache.Get(*sched, key, b.data(), key.k());
-  ASSERT_TRUE(first.ok());
+  auto first = cache.Call(*sched, key, b.data(), key.k());
+  ASSERT_TRUE(first.ok() && first->packed);
+  EXPECT_EQ(first->stored, b.data());
   const size_t bytes = sched->variant->packed_weights_bytes(*sched->variant, key, sched->params);
   std::vector<char> fresh(bytes + 64);
   void* aligned = fresh.data() + (64 - reinterpret_cast<uintptr_t>(fresh.data()) % 64) % 64;
   ASSERT_TRUE(sched->variant->pack_weights(*sched->variant, key, sched->params, b.data(), key.k(), aligned).ok());
   for (int round = 0; round < 3; ++round) {
     ASSERT_TRUE(cache.Cool(*sched, key, b.data(), key.k(), b.size() * sizeof(float)).ok());
-    auto again = cache.Get(*sched, key, b.data(), key.k());
+    auto again = cache.Call(*sched, key, b.data(), key.k());
     ASSERT_TRUE(again.ok());
-    EXPECT_EQ(*again, *first) << "packed again";
-    EXPECT_EQ(std::memcmp(*again, aligned, bytes), 0) << "the packed weights changed";
+    EXPECT_EQ(again->packed, first->packed) << "packed again";
+    EXPECT_EQ(std::memcmp(again->packed, aligned, bytes), 0) << "the packed weights changed";
   }
   EXPECT_EQ(b, b0);
 }
@@ -393,9 +394,10 @@ TEST(MeasurerTest, RotatedWeightsAreExactCopiesHandedOutInTurn) {
   const size_t b_bytes = b.size() * sizeof(float);
   const size_t packed_bytes = packs->variant->packed_weights_bytes(*packs->variant, key, packs->params);
   PackedWeightsCache cache;
-  auto one = cache.Get(*packs, key, b.data(), key.k());
-  ASSERT_TRUE(one.ok() && *one);
-  const std::vector<char> packed(static_cast<const char*>(*one), static_cast<const char*>(*one) + packed_bytes);
+  auto first = cache.Call(*packs, key, b.data(), key.k());
+  ASSERT_TRUE(first.ok() && first->packed);
+  const void* one = first->packed;
+  const std::vector<char> packed(static_cast<const char*>(one), static_cast<const char*>(one) + packed_bytes);
 
   const int64_t cover = int64_t(8 * (packed_bytes + b_bytes));
   const std::vector<Schedule> batch = {*packs, stored};
@@ -405,13 +407,17 @@ TEST(MeasurerTest, RotatedWeightsAreExactCopiesHandedOutInTurn) {
                                 std::pair{stored, std::span<const char>(reinterpret_cast<const char*>(b0.data()), b_bytes)}}) {
     std::vector<const void*> seen;
     for (int call = 0; call < 64; ++call) {
-      auto w = cache.Call(s, key, b.data(), key.k());
-      ASSERT_TRUE(w.ok());
-      if (call > 0 && *w == seen[0]) break;
-      ASSERT_EQ(std::find(seen.begin(), seen.end(), *w), seen.end()) << "a copy handed out twice in one turn";
-      seen.push_back(*w);
-      EXPECT_EQ(std::memcmp(*w, want.data(), want.size()), 0) << s.ToString() << ": copy " << call << " differs";
-      EXPECT_NE(*w, static_cast<const void*>(b.data())) << "the weights themselves are not a rotated copy";
+      auto both = cache.Call(s, key, b.data(), key.k());
+      ASSERT_TRUE(both.ok());
+      const bool packs_them = s.variant->pack_weights != nullptr;
+      EXPECT_EQ(both->packed == nullptr, !packs_them) << s.ToString();
+      if (packs_them) EXPECT_EQ(both->stored, b.data()) << "a packing variant is given the weights as stored";
+      const void* w = packs_them ? both->packed : static_cast<const void*>(both->stored);
+      if (call > 0 && w == seen[0]) break;
+      ASSERT_EQ(std::find(seen.begin(), seen.end(), w), seen.end()) << "a copy handed out twice in one turn";
+      seen.push_back(w);
+      EXPECT_EQ(std::memcmp(w, want.data(), want.size()), 0) << s.ToString() << ": copy " << call << " differs";
+      EXPECT_NE(w, static_cast<const void*>(b.data())) << "the weights themselves are not a rotated copy";
     }
     EXPECT_GE(seen.size(), 2u) << s.ToString();
     covered += seen.size() * want.size();
@@ -423,15 +429,16 @@ TEST(MeasurerTest, RotatedWeightsAreExactCopiesHandedOutInTurn) {
   ASSERT_TRUE(cache.Rotate({}, key, b.data(), key.k(), b_bytes, cover).ok());
   auto after = cache.Call(*packs, key, b.data(), key.k());
   ASSERT_TRUE(after.ok());
-  EXPECT_EQ(*after, *one);
+  EXPECT_EQ(after->packed, one);
   auto in_place_after = cache.Call(stored, key, b.data(), key.k());
   ASSERT_TRUE(in_place_after.ok());
-  EXPECT_EQ(*in_place_after, static_cast<const void*>(b.data()));
+  EXPECT_EQ(in_place_after->stored, b.data());
+  EXPECT_EQ(in_place_after->packed, nullptr);
   // One schedule whose weights fill the cover alone: one copy, flushed before each call.
   ASSERT_TRUE(cache.Rotate(std::span(&*packs, 1), key, b.data(), key.k(), b_bytes, int64_t(packed_bytes)).ok());
   auto alone = cache.Call(*packs, key, b.data(), key.k());
   ASSERT_TRUE(alone.ok());
-  EXPECT_EQ(*alone, *one);
+  EXPECT_EQ(alone->packed, one);
   EXPECT_EQ(b, b0);
 }
 

@@ -132,9 +132,9 @@ class Conv2dHarness final : public OpHarness {
   StatusOr<Conv2dArgs> Args(const Schedule& s, Set& set) {
     Conv2dArgs args = DenseConv2dArgs(key_, set.x.data(), set.w.data(), bias_.data(), set.y.data());
     if (key_.constant_weights) {
-      CG_ASSIGN_OR_RETURN(const void* w, packed_.Call(s, key_, w_.data(), FilterLd()));
-      args.weights = s.variant->pack_weights ? w_.data() : static_cast<const float*>(w);
-      args.packed_weights = s.variant->pack_weights ? w : nullptr;
+      CG_ASSIGN_OR_RETURN(const PackedWeightsCache::Weights w, packed_.Call(s, key_, w_.data(), FilterLd()));
+      args.weights = w.stored;
+      args.packed_weights = w.packed;
     }
     return args;
   }

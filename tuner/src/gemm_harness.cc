@@ -48,10 +48,10 @@ class GemmHarness final : public OpHarness {
     std::fill(set.c.begin(), set.c.end(), std::numeric_limits<float>::quiet_NaN());
     GemmArgs args = DenseGemmArgs(key_, set.a.data(), set.b.data(), set.c.data());
     if (key_.constant_weights) {
-      auto w = packed_.Get(s, key_, b_.data(), Ldb());
+      auto w = packed_.Call(s, key_, b_.data(), Ldb());
       if (!w.ok()) return fmt::format("kernel failed: {}", w.status().ToString());
-      args.b = b_.data();
-      args.packed_b = *w;
+      args.b = w->stored;
+      args.packed_b = w->packed;
     }
     Status st = RunGemm(s, args);
     if (!st.ok()) return fmt::format("kernel failed: {}", st.ToString());
@@ -79,9 +79,9 @@ class GemmHarness final : public OpHarness {
     Set& set = sets_[next_++ % sets_.size()];
     GemmArgs args = DenseGemmArgs(key_, set.a.data(), set.b.data(), set.c.data());
     if (key_.constant_weights) {  // as a plan runs: B packed (or copied) before the first call, cold
-      CG_ASSIGN_OR_RETURN(const void* w, packed_.Call(s, key_, b_.data(), Ldb()));
-      args.b = s.variant->pack_weights ? b_.data() : static_cast<const float*>(w);
-      args.packed_b = s.variant->pack_weights ? w : nullptr;
+      CG_ASSIGN_OR_RETURN(const PackedWeightsCache::Weights w, packed_.Call(s, key_, b_.data(), Ldb()));
+      args.b = w.stored;
+      args.packed_b = w.packed;
     }
     return RunGemm(s, args);
   }

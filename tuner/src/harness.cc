@@ -37,21 +37,23 @@ StatusOr<const PackedWeightsCache::Packed*> PackedWeightsCache::Entry(const Sche
   return &packed_.back();
 }
 
-StatusOr<const void*> PackedWeightsCache::Get(const Schedule& s, const OpKey& key, const void* weights, int64_t ld) {
-  CG_ASSIGN_OR_RETURN(const Packed* p, Entry(s, key, weights, ld));
-  return static_cast<const void*>(p ? p->data.get() : nullptr);
-}
-
 PackedWeightsCache::Rotated* PackedWeightsCache::Rotation(const Schedule& s) {
   for (Rotated& r : rotated_)
     if (r.schedule == s) return &r;
   return nullptr;
 }
 
-StatusOr<const void*> PackedWeightsCache::Call(const Schedule& s, const OpKey& key, const void* weights, int64_t ld) {
-  if (Rotated* r = Rotation(s)) return r->copies[r->next++ % r->copies.size()];
-  CG_ASSIGN_OR_RETURN(const Packed* p, Entry(s, key, weights, ld));
-  return p ? static_cast<const void*>(p->data.get()) : weights;
+StatusOr<PackedWeightsCache::Weights> PackedWeightsCache::Call(const Schedule& s, const OpKey& key,
+                                                               const float* weights, int64_t ld) {
+  const void* w = weights;
+  if (Rotated* r = Rotation(s)) {
+    w = r->copies[r->next++ % r->copies.size()];
+  } else {
+    CG_ASSIGN_OR_RETURN(const Packed* p, Entry(s, key, weights, ld));
+    if (p) w = p->data.get();
+  }
+  if (s.variant->pack_weights) return Weights{weights, w};
+  return Weights{static_cast<const float*>(w), nullptr};
 }
 
 Status PackedWeightsCache::Cool(const Schedule& s, const OpKey& key, const void* weights, int64_t ld,

@@ -49,13 +49,16 @@ class OpHarness {
 // packs them; shared by the harnesses of ops with constant-weights keys.
 class PackedWeightsCache {
  public:
-  // The weights packed by s's variant for `key` (`weights` stored as pack_weights
-  // takes them, leading dimension `ld`), or nullptr for a variant that reads the
-  // weights as stored.
-  StatusOr<const void*> Get(const Schedule& s, const OpKey& key, const void* weights, int64_t ld);
-  // What a timed call of s reads: its next rotated copy (Rotate), else its one
-  // copy: the packed weights, or `weights` itself for a variant that does not pack.
-  StatusOr<const void*> Call(const Schedule& s, const OpKey& key, const void* weights, int64_t ld);
+  // What a call of s reads (`weights` stored as pack_weights takes them, leading
+  // dimension `ld`): `packed`, the weights in s's variant's layout (GemmArgs::packed_b;
+  // `stored` is then `weights`), or for a variant that does not pack, `stored`
+  // alone (`packed` null). Each is s's next rotated copy (Rotate), else its one copy
+  // (packed on first use, never inside a timed call).
+  struct Weights {
+    const float* stored;
+    const void* packed;
+  };
+  StatusOr<Weights> Call(const Schedule& s, const OpKey& key, const float* weights, int64_t ld);
   // Before a timed call of a constant-weights key: packs s's weights if not yet done
   // (never inside the timed call), then evicts what the call reads (the packed
   // weights, or the weights as stored for a variant that does not pack) from every

@@ -134,11 +134,9 @@ void WorkerLoop(int fd, OpHarness& h, const MeasureOptions& opt, std::span<const
       const size_t t = (size_t(r) + i) % pending.size();
       if (!errs[t].empty()) continue;
       const Schedule& s = schedules[pending[t]];
-      if (Status st = h.Run(s); !st.ok()) {  // untimed: the switch from the previous candidate
-        errs[t] = fmt::format("kernel failed: {}", st.ToString());
-        continue;
-      }
-      errs[t] = Time(h, s, opt, opt.min_time_ms / 2, per_round_calls, times[t].back());
+      Calls untimed;  // the switch from the previous candidate
+      if (errs[t] = untimed.Add(h, s); errs[t].empty())
+        errs[t] = Time(h, s, opt, opt.min_time_ms / 2, per_round_calls, times[t].back());
     }
   }
   for (size_t t = 0; t < pending.size(); ++t)
