@@ -116,7 +116,7 @@ void RunSchedule(benchmark::State& st, const OpKey& key, const Schedule& sched, 
   const KernelVariant& v = *sched.variant;
   if (v.pack_weights && v.packed_weights_bytes) {
     const size_t bytes = v.packed_weights_bytes(v, key, sched.params);
-    packed.reset(std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64));
+    packed.reset(AllocateWeights(bytes));
     const Status ok = v.pack_weights(v, key, sched.params, t.w.data(), key.dims[5] * key.dims[6] * key.dims[3],
                                      packed.get());
     if (!ok.ok()) return st.SkipWithError(("pack_weights: " + ok.ToString()).c_str());

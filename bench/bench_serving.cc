@@ -234,7 +234,7 @@ StatusOr<Contender> PackedScheduleContender(const Shape& s, const OpKey& ckey, c
   auto st = std::make_shared<State>(State{bench::RotatedOperands(s.m, s.n, s.k, CoverBytes(device)), {}});
   const size_t bytes = (v->packed_weights_bytes(*v, ckey, sched.params) + 63) / 64 * 64;
   for (auto& x : st->ops.sets) {
-    st->packed.emplace_back(static_cast<float*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64))), &std::free);
+    st->packed.emplace_back(AllocateWeights(bytes), &std::free);
     CG_RETURN_IF_ERROR(v->pack_weights(*v, ckey, sched.params, x.b.data(), ckey.trans_b ? s.k : s.n,
                                        st->packed.back().get()));
     std::vector<float>().swap(x.b);

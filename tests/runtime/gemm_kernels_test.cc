@@ -3,6 +3,10 @@
 // skip on hosts without the variant's ISA (STYLE H5).
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <fstream>
 #include <random>
 #include <set>
@@ -378,16 +382,21 @@ void GemvPackedRules(const KernelVariant& v) {
                                           max_m * 4 + 6, regs)),
             std::string::npos)
       << st.message();
-  // The fitted prefetch follows the vendor (measured on Intel, slower on AMD).
-  for (const char* vendor : {"GenuineIntel", "AuthenticAMD"}) {
-    DeviceInfo d = Host();
-    d.vendor = vendor;
-    EXPECT_EQ(VariantDefaultSchedule(v, key, d).params[cpu::kGemvPrefetch],
-              cpu::GemvPackedDefaultPrefetch(d.vendor == "GenuineIntel"))
-        << vendor;
-  }
-  EXPECT_GT(cpu::GemvPackedDefaultPrefetch(true), 0);
-  EXPECT_EQ(cpu::GemvPackedDefaultPrefetch(false), 0);
+  // The fitted prefetch follows the vendor (measured on Intel, slower on AMD) and m
+  // (slower at m = 1 from huge pages).
+  for (const char* vendor : {"GenuineIntel", "AuthenticAMD"})
+    for (int64_t m : {1, 4}) {
+      DeviceInfo d = Host();
+      d.vendor = vendor;
+      OpKey km = key;
+      km.dims[0] = m;
+      EXPECT_EQ(VariantDefaultSchedule(v, km, d).params[cpu::kGemvPrefetch],
+                cpu::GemvPackedDefaultPrefetch(d.vendor == "GenuineIntel", m))
+          << vendor << " m=" << m;
+    }
+  EXPECT_GT(cpu::GemvPackedDefaultPrefetch(true, 2), 0);
+  EXPECT_EQ(cpu::GemvPackedDefaultPrefetch(true, 1), 0);
+  EXPECT_EQ(cpu::GemvPackedDefaultPrefetch(false, 4), 0);
   for (const auto& sh : ShapesFromData()) {
     OpKey k = OpKey::Gemm(sh.m, sh.n, sh.k, sh.ta, sh.tb);
     k.constant_weights = true;
@@ -533,6 +542,54 @@ TEST(CpuGemmThreads, SeveralThreadsWorkInAChildOfFork) {
       },
       "it hung waiting for the parent's pool threads");
   EXPECT_TRUE(tester.Test(two));  // and the parent's pool still works
+}
+
+
+// The system's THP mode ("always", "madvise" or "never"; empty when unknown).
+std::string ThpMode() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(in, line);
+  const size_t l = line.find('['), r = line.find(']');
+  return l == std::string::npos || r == std::string::npos ? "" : line.substr(l + 1, r - l - 1);
+}
+
+// The THPeligible field of the mapping that holds `p` in /proc/self/smaps (-1 when
+// the kernel does not report it).
+int ThpEligible(const void* p) {
+  std::ifstream in("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(in, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find('-')) {
+      inside = lo <= at && at < hi;
+    } else if (inside && line.starts_with("THPeligible:")) {
+      return std::atoi(line.c_str() + 12);
+    }
+  }
+  return -1;
+}
+
+// Weights from 2 MiB up are aligned to a huge page and advised over their whole huge
+// pages (the tail stays in base pages); smaller ones are 64-byte aligned as before.
+TEST(WeightsMemory, HugePageAlignedAndAdvisedFromTwoMiB) {
+  std::unique_ptr<float, decltype(&std::free)> small(AllocateWeights(1000), &std::free);
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.get()) % 64, 0u);
+  const size_t bytes = 2 * kHugePageBytes + kHugePageBytes / 2;
+  std::unique_ptr<float, decltype(&std::free)> big(AllocateWeights(bytes), &std::free);
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big.get()) % kHugePageBytes, 0u);
+  std::memset(big.get(), 1, bytes);  // all of it writable
+  const char* base = reinterpret_cast<const char*>(big.get());
+  const std::string mode = ThpMode();
+  if (mode != "madvise" && mode != "always") GTEST_SKIP() << "THP mode '" << mode << "': no huge pages to advise";
+  const int head = ThpEligible(base), tail = ThpEligible(base + 2 * kHugePageBytes);
+  if (head < 0) GTEST_SKIP() << "the kernel's smaps has no THPeligible field";
+  EXPECT_EQ(head, 1) << "the whole huge pages of the weights are not advised";
+  EXPECT_EQ(ThpEligible(base + 2 * kHugePageBytes - 64), 1);
+  if (mode == "madvise") EXPECT_EQ(tail, 0) << "the short tail was advised as well";
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ StatusOr<const PackedWeightsCache::Packed*> PackedWeightsCache::Entry(const Sche
   }
   Packed p;
   p.schedule = s;
-  p.data.reset(static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+  p.data.reset(AllocateWeights(bytes));
   if (!p.data) return Internal(fmt::format("measurer: cannot allocate {} bytes of packed weights", bytes));
   CG_RETURN_IF_ERROR(v.pack_weights(v, key, s.params, weights, ld, p.data.get()));
   p.bytes = bytes;
@@ -47,7 +47,7 @@ StatusOr<PackedWeightsCache::Weights> PackedWeightsCache::Call(const Schedule& s
                                                                const float* weights, int64_t ld) {
   const void* w = weights;
   if (Rotated* r = Rotation(s)) {
-    w = r->copies[r->next++ % r->copies.size()];
+    w = r->copies[r->next++ % r->copies.size()].get();
   } else {
     CG_ASSIGN_OR_RETURN(const Packed* p, Entry(s, key, weights, ld));
     if (p) w = p->data.get();
@@ -83,21 +83,17 @@ Status PackedWeightsCache::Rotate(std::span<const Schedule> batch, const OpKey& 
     total += bytes.back() * copies.back();
   }
   if (total > kMaxRotatedBytes || (batch.size() == 1 && copies[0] == 1)) return Status::Ok();
-  if (arena_bytes_ < total) {
-    arena_.reset(static_cast<char*>(std::aligned_alloc(64, total)));
-    arena_bytes_ = arena_ ? total : 0;
-    if (!arena_)
-      return Internal(fmt::format("measurer: cannot allocate {} bytes for rotated copies of the weights", total));
-  }
-  char* at = arena_.get();
   for (size_t i = 0; i < batch.size(); ++i) {
     CG_ASSIGN_OR_RETURN(const Packed* p, Entry(batch[i], key, weights, ld));  // copied before the next Entry
     const void* src = p ? static_cast<const void*>(p->data.get()) : weights;
     const size_t used = p ? p->bytes : weights_bytes;
     Rotated r{batch[i], {}, 0};
-    for (size_t c = 0; c < copies[i]; ++c, at += bytes[i]) {
-      std::memcpy(at, src, used);
-      r.copies.push_back(at);
+    for (size_t c = 0; c < copies[i]; ++c) {
+      r.copies.emplace_back(AllocateWeights(used), &std::free);
+      if (!r.copies.back())
+        return Internal(fmt::format("measurer: cannot allocate a {}-byte copy of the weights to rotate ({} in all)",
+                                    used, total));
+      std::memcpy(r.copies.back().get(), src, used);
     }
     rotated_.push_back(std::move(r));
   }

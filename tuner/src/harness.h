@@ -84,9 +84,14 @@ class PackedWeightsCache {
     std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
     size_t bytes = 0;
   };
+  // Each copy allocated as a plan allocates its weights (AllocateWeights), so that it
+  // is timed in the kind of pages a plan's weights are in: under KVM the small-m
+  // kernel read one block of base pages 1.06x slower than base pages from the heap,
+  // and either 1.1-1.3x slower than huge pages (bench/RESULTS.md, "Weights in huge
+  // pages").
   struct Rotated {
     Schedule schedule;
-    std::vector<const void*> copies;  // in arena_
+    std::vector<std::unique_ptr<float, decltype(&std::free)>> copies;
     size_t next = 0;
   };
   // s's entry, packed now if it is not yet (nullptr for a variant without pack_weights).
@@ -100,11 +105,6 @@ class PackedWeightsCache {
   std::vector<Packed> packed_;
   size_t packed_bytes_ = 0;
   std::vector<Rotated> rotated_;
-  // The copies, allocated and first touched as a plan's weights are (mapped with
-  // MAP_POPULATE instead, the small-m kernel read them up to 1.3x faster under KVM
-  // than from a plan: bench/RESULTS.md).
-  std::unique_ptr<char, decltype(&std::free)> arena_{nullptr, &std::free};
-  size_t arena_bytes_ = 0;
 };
 
 // Evicts [p, p + bytes) from every cache level (clflushopt per line where the CPU

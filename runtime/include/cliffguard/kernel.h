@@ -194,6 +194,17 @@ using PackedWeightsBytesFn = size_t (*)(const KernelVariant& self, const OpKey& 
 using PackWeightsFn = Status (*)(const KernelVariant& self, const OpKey& key, const ParamValues& params,
                                  const void* weights, int64_t ld, void* dst);
 
+// Memory for constant weights as a plan holds them, packed or copied (free with
+// std::free; nullptr when out of memory): 64-byte aligned, and from kHugePageBytes up
+// aligned to a huge page with its whole huge pages advised for transparent huge
+// pages (madvise MADV_HUGEPAGE: taken where the system's THP mode is "madvise" or
+// "always"; a short tail stays in base pages). A weights stream then misses the TLB
+// once per 2 MiB instead of once per 4 KiB: the small-m kernels read m = 2..8 panels
+// 1.1-1.3x faster under KVM (bench/RESULTS.md, "Weights in huge pages"). The tuner
+// allocates its copies of the weights with it, so that it times them as plans hold them.
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+float* AllocateWeights(size_t bytes);
+
 // One compiled implementation with declared tunable parameters (STYLE H1-H3). The
 // same record shape serves every op family and device.
 struct KernelVariant {

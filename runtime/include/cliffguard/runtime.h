@@ -172,7 +172,8 @@ class Runtime {
   // when trans_b; leading dimension ldb) is the same on every call. B is packed here,
   // once, into the layout the resolved schedule reads (or copied densely when its
   // variant reads B as stored), and Run takes A and C only. The plan owns that
-  // copy (weights_bytes()): `weights` may be freed when this returns. Looks up the
+  // copy (weights_bytes(); in memory from AllocateWeights, huge pages from 2 MiB up
+  // where the system allows them): `weights` may be freed when this returns. Looks up the
   // key with constant_weights set, then without it (either is a hit); a miss is
   // recorded under the constant-weights key. f32, cpu devices.
   StatusOr<GemmPlan> PlanGemm(const OpKey& key, const float* weights, int64_t ldb);
@@ -183,7 +184,8 @@ class Runtime {
   // Creates a plan for one conv2d key whose filter (`weights`, oc*kh*kw*ic floats in
   // `layout`) and bias (oc floats, or null) are the same on every call: the filter is
   // packed here, once, into the layout the resolved schedule reads (OIHW is converted
-  // first), and Run takes x and y only. The plan owns copies of both (weights_bytes()).
+  // first), and Run takes x and y only. The plan owns copies of both (weights_bytes();
+  // the filter's from AllocateWeights).
   // Looks up the key with constant_weights set, then without it (either is a hit); a
   // miss is recorded under the constant-weights key. f32, cpu devices.
   StatusOr<Conv2dPlan> PlanConv2d(const OpKey& key, const float* weights, ConvWeightLayout layout,

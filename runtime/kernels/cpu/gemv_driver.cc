@@ -179,7 +179,7 @@ void GemvPackedFitDefaults(const KernelVariant& v, const OpKey& key, const Devic
   for (int32_t nv : kGemvNvValues)
     if (GemvPackedTileFits(std::min(key.m(), kGemvPackedMaxM), nv, VectorRegs(v)) && (nv == 1 || vectors >= nv))
       p[kGemvBlock] = nv;
-  p[kGemvPrefetch] = GemvPackedDefaultPrefetch(device.vendor == "GenuineIntel");
+  p[kGemvPrefetch] = GemvPackedDefaultPrefetch(device.vendor == "GenuineIntel", key.m());
 }
 
 size_t GemvPackedWeightsBytes(const KernelVariant& v, const OpKey& key, const ParamValues& p) {

@@ -43,11 +43,12 @@ inline constexpr ParamSpec kGemvPackedSpecs[] = {
 // The register tile of a packed call: m rows by nv vectors of accumulators, nv
 // vectors of B and a broadcast of A (one register to spare).
 constexpr bool GemvPackedTileFits(int64_t m, int32_t nv, int vector_regs) { return m * nv + nv + 2 <= vector_regs; }
-// The fitted prefetch distance (k rows) by CPU vendor: 4 on Intel, where the panel
-// stream with it reads 1.15-1.28x faster at m = 2-8 (bench/RESULTS.md, "... a
-// prefetched panel stream at small m"); 0 elsewhere (AMD Zen 4: the same distance
-// measured about 15% slower at m = 4).
-constexpr int32_t GemvPackedDefaultPrefetch(bool intel) { return intel ? 4 : 0; }
+// The fitted prefetch distance (k rows) by CPU vendor and m: 4 on Intel at m >= 2,
+// where the panel stream with it reads 1.15-1.28x faster at m = 2-8 (bench/RESULTS.md,
+// "... a prefetched panel stream at small m"); 0 at m = 1, where it read 5-9% slower
+// from weights in huge pages ("Weights in huge pages"); 0 elsewhere (AMD Zen 4: the
+// same distance measured about 15% slower at m = 4).
+constexpr int32_t GemvPackedDefaultPrefetch(bool intel, int64_t m) { return intel && m >= 2 ? 4 : 0; }
 // The narrowest panel a key's m must fit with (supports()): with one vector of B per
 // m broadcasts of A a call reads A more than B, and measured behind the in-place
 // kernels on AVX2 at m = 8 (bench/RESULTS.md). So AVX2 runs m <= 6, AVX-512 m <= 8.
@@ -78,7 +79,7 @@ Status GemvPackedSupports(const KernelVariant& v, const OpKey& key, const Device
 Status GemvPackedCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
 // fit_defaults(): threads as the other small-m variants (each thread streams at
 // least 1 MiB of B); nv the widest whose tile fits and that n fills; prefetch
-// GemvPackedDefaultPrefetch of the device's vendor.
+// GemvPackedDefaultPrefetch of the device's vendor and the key's m.
 void GemvPackedFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
 size_t GemvPackedWeightsBytes(const KernelVariant& v, const OpKey& key, const ParamValues& p);
 Status GemvPackWeights(const KernelVariant& v, const OpKey& key, const ParamValues& p, const void* weights, int64_t ld,

@@ -134,7 +134,7 @@ StatusOr<Conv2dPlan> Runtime::PlanConv2d(const OpKey& key_in, const float* weigh
   const OpKey& key = keys[0];
   const int64_t oc = key.dims[4], per_oc = key.dims[5] * key.dims[6] * key.dims[3];
   const size_t dense = static_cast<size_t>(oc * per_oc);
-  std::unique_ptr<float, Conv2dPlan::Free> ohwi(AlignedFloats(dense));
+  std::unique_ptr<float, Conv2dPlan::Free> ohwi(AllocateWeights(dense * sizeof(float)));  // the plan's when it does not pack
   if (!ohwi) return Internal(fmt::format("PlanConv2d: cannot allocate {} bytes for the filter of '{}'",
                                          dense * sizeof(float), key.ToString()));
   ToOhwi(key, weights, layout, ohwi.get());
@@ -143,7 +143,7 @@ StatusOr<Conv2dPlan> Runtime::PlanConv2d(const OpKey& key_in, const float* weigh
   size_t bytes = dense * sizeof(float);
   if (packs) {
     bytes = v.packed_weights_bytes(v, key, plan.schedule_.params);
-    plan.weights_.reset(AlignedFloats((bytes + sizeof(float) - 1) / sizeof(float)));
+    plan.weights_.reset(AllocateWeights(bytes));
     if (!plan.weights_)
       return Internal(fmt::format("PlanConv2d: cannot allocate {} bytes for the packed filter of '{}'", bytes,
                                   key.ToString()));

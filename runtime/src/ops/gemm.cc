@@ -220,7 +220,7 @@ StatusOr<GemmPlan> Runtime::PlanGemm(const OpKey& key_in, const float* weights, 
   const bool packs = v.pack_weights != nullptr;
   const size_t bytes = packs ? v.packed_weights_bytes(v, key, plan.schedule_.params)
                              : static_cast<size_t>(rows * cols) * sizeof(float);
-  void* buf = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  void* buf = AllocateWeights(bytes);
   if (!buf) return Internal(fmt::format("PlanGemm: cannot allocate {} bytes for the weights of '{}'", bytes, key.ToString()));
   plan.weights_.reset(static_cast<float*>(buf));
   if (packs) {
