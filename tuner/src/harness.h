@@ -87,8 +87,8 @@ class PackedWeightsCache {
   // Each copy allocated as a plan allocates its weights (AllocateWeights), so that it
   // is timed in the kind of pages a plan's weights are in: under KVM the small-m
   // kernel read one block of base pages 1.06x slower than base pages from the heap,
-  // and either 1.1-1.3x slower than huge pages (bench/RESULTS.md, "Weights in huge
-  // pages").
+  // and either 1.1-1.2x slower than huge pages (bench/RESULTS.md, "... weights in
+  // huge pages").
   struct Rotated {
     Schedule schedule;
     std::vector<std::unique_ptr<float, decltype(&std::free)>> copies;

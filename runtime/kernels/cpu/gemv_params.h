@@ -46,7 +46,7 @@ constexpr bool GemvPackedTileFits(int64_t m, int32_t nv, int vector_regs) { retu
 // The fitted prefetch distance (k rows) by CPU vendor and m: 4 on Intel at m >= 2,
 // where the panel stream with it reads 1.15-1.28x faster at m = 2-8 (bench/RESULTS.md,
 // "... a prefetched panel stream at small m"); 0 at m = 1, where it read 5-9% slower
-// from weights in huge pages ("Weights in huge pages"); 0 elsewhere (AMD Zen 4: the
+// from weights in huge pages ("... weights in huge pages"); 0 elsewhere (AMD Zen 4: the
 // same distance measured about 15% slower at m = 4).
 constexpr int32_t GemvPackedDefaultPrefetch(bool intel, int64_t m) { return intel && m >= 2 ? 4 : 0; }
 // The narrowest panel a key's m must fit with (supports()): with one vector of B per
