@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <set>
 #include <span>
@@ -397,6 +397,17 @@ void GemvPackedRules(const KernelVariant& v) {
   EXPECT_GT(cpu::GemvPackedDefaultPrefetch(true, 2), 0);
   EXPECT_EQ(cpu::GemvPackedDefaultPrefetch(true, 1), 0);
   EXPECT_EQ(cpu::GemvPackedDefaultPrefetch(false, 4), 0);
+  // nv: the widest tile that fits, but at most 2 for an m of kGemvPackedNarrowM.
+  for (int64_t m = 1; m <= max_m; ++m) {
+    OpKey km = OpKey::Gemm(m, 4096, 768, false, true);
+    km.constant_weights = true;
+    int32_t widest = 1;
+    for (int32_t nv : cpu::kGemvNvValues)
+      if (cpu::GemvPackedTileFits(m, nv, regs)) widest = nv;
+    const bool narrow = std::ranges::find(cpu::kGemvPackedNarrowM, m) != std::end(cpu::kGemvPackedNarrowM);
+    EXPECT_EQ(VariantDefaultSchedule(v, km, Host()).params[cpu::kGemvBlock], narrow ? std::min(widest, 2) : widest)
+        << "m=" << m;
+  }
   for (const auto& sh : ShapesFromData()) {
     OpKey k = OpKey::Gemm(sh.m, sh.n, sh.k, sh.ta, sh.tb);
     k.constant_weights = true;
@@ -543,7 +554,6 @@ TEST(CpuGemmThreads, SeveralThreadsWorkInAChildOfFork) {
       "it hung waiting for the parent's pool threads");
   EXPECT_TRUE(tester.Test(two));  // and the parent's pool still works
 }
-
 
 // The system's THP mode ("always", "madvise" or "never"; empty when unknown).
 std::string ThpMode() {
