@@ -232,7 +232,7 @@ StatusOr<Contender> PackedScheduleContender(const Shape& s, const OpKey& ckey, c
     std::vector<std::unique_ptr<float, decltype(&std::free)>> packed;
   };
   auto st = std::make_shared<State>(State{bench::RotatedOperands(s.m, s.n, s.k, CoverBytes(device)), {}});
-  const size_t bytes = (v->packed_weights_bytes(*v, ckey, sched.params) + 63) / 64 * 64;
+  const size_t bytes = v->packed_weights_bytes(*v, ckey, sched.params);
   for (auto& x : st->ops.sets) {
     st->packed.emplace_back(AllocateWeights(bytes), &std::free);
     CG_RETURN_IF_ERROR(v->pack_weights(*v, ckey, sched.params, x.b.data(), ckey.trans_b ? s.k : s.n,

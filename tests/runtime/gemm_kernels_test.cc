@@ -397,15 +397,15 @@ void GemvPackedRules(const KernelVariant& v) {
   EXPECT_GT(cpu::GemvPackedDefaultPrefetch(true, 2), 0);
   EXPECT_EQ(cpu::GemvPackedDefaultPrefetch(true, 1), 0);
   EXPECT_EQ(cpu::GemvPackedDefaultPrefetch(false, 4), 0);
-  // nv: the widest tile that fits, but at most 2 for an m of kGemvPackedNarrowM.
+  // nv: the widest tile that fits, but at most 2 above kGemvPackedWideMaxM.
   for (int64_t m = 1; m <= max_m; ++m) {
     OpKey km = OpKey::Gemm(m, 4096, 768, false, true);
     km.constant_weights = true;
     int32_t widest = 1;
     for (int32_t nv : cpu::kGemvNvValues)
       if (cpu::GemvPackedTileFits(m, nv, regs)) widest = nv;
-    const bool narrow = std::ranges::find(cpu::kGemvPackedNarrowM, m) != std::end(cpu::kGemvPackedNarrowM);
-    EXPECT_EQ(VariantDefaultSchedule(v, km, Host()).params[cpu::kGemvBlock], narrow ? std::min(widest, 2) : widest)
+    EXPECT_EQ(VariantDefaultSchedule(v, km, Host()).params[cpu::kGemvBlock],
+              m > cpu::kGemvPackedWideMaxM ? std::min(widest, 2) : widest)
         << "m=" << m;
   }
   for (const auto& sh : ShapesFromData()) {

@@ -200,7 +200,7 @@ using PackWeightsFn = Status (*)(const KernelVariant& self, const OpKey& key, co
 // pages (madvise MADV_HUGEPAGE: taken where the system's THP mode is "madvise" or
 // "always"; a short tail stays in base pages). A weights stream then misses the TLB
 // once per 2 MiB instead of once per 4 KiB: the small-m kernels read m = 2..8 panels
-// 1.1-1.3x faster under KVM (bench/RESULTS.md, "... weights in huge pages"). The tuner
+// 1.06-1.34x faster under KVM (bench/RESULTS.md, "... weights in huge pages"). The tuner
 // allocates its copies of the weights with it, so that it times them as plans hold them.
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 float* AllocateWeights(size_t bytes);

@@ -3,7 +3,6 @@
 // row kernel.
 #include <algorithm>
 #include <cstdlib>
-#include <iterator>
 #include <vector>
 
 #include <fmt/format.h>
@@ -180,8 +179,7 @@ void GemvPackedFitDefaults(const KernelVariant& v, const OpKey& key, const Devic
   for (int32_t nv : kGemvNvValues)
     if (GemvPackedTileFits(std::min(key.m(), kGemvPackedMaxM), nv, VectorRegs(v)) && (nv == 1 || vectors >= nv))
       p[kGemvBlock] = nv;
-  if (std::ranges::find(kGemvPackedNarrowM, key.m()) != std::end(kGemvPackedNarrowM))
-    p[kGemvBlock] = std::min(p[kGemvBlock], int32_t{2});
+  if (key.m() > kGemvPackedWideMaxM) p[kGemvBlock] = std::min(p[kGemvBlock], int32_t{2});
   p[kGemvPrefetch] = GemvPackedDefaultPrefetch(device.vendor == "GenuineIntel", key.m());
 }
 

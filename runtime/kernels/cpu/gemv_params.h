@@ -43,11 +43,10 @@ inline constexpr ParamSpec kGemvPackedSpecs[] = {
 // The register tile of a packed call: m rows by nv vectors of accumulators, nv
 // vectors of B and a broadcast of A (one register to spare).
 constexpr bool GemvPackedTileFits(int64_t m, int32_t nv, int vector_regs) { return m * nv + nv + 2 <= vector_regs; }
-// The m whose nv = 4 tile read measured slower than nv = 2 (bench/RESULTS.md, "...
-// weights in huge pages": m = 5 from huge pages 1.17-1.37x slower on 768- to
-// 14336-deep keys, from base pages equal to 1.09x slower; m = 3, 4, 6 not): fitted
-// with nv at most 2.
-inline constexpr int64_t kGemvPackedNarrowM[] = {5};
+// The largest m fitted with nv = 4 (where the tile fits): from huge pages nv = 4
+// read m = 5 1.17-1.37x slower than nv = 2 and m = 6 no faster, where at m = 4 it
+// was up to 1.08x faster (bench/RESULTS.md, "... weights in huge pages").
+inline constexpr int64_t kGemvPackedWideMaxM = 4;
 // The fitted prefetch distance (k rows) by CPU vendor and m: 4 on Intel at m >= 2,
 // where the panel stream with it reads 1.15-1.28x faster at m = 2-8 (bench/RESULTS.md,
 // "... a prefetched panel stream at small m"); 0 at m = 1, where it read 5-9% slower
@@ -83,8 +82,8 @@ Status GemvPackedSupports(const KernelVariant& v, const OpKey& key, const Device
 // only for m <= 2).
 Status GemvPackedCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
 // fit_defaults(): threads as the other small-m variants (each thread streams at
-// least 1 MiB of B); nv the widest whose tile fits and that n fills (at most 2 for
-// an m of kGemvPackedNarrowM); prefetch
+// least 1 MiB of B); nv the widest whose tile fits and that n fills (at most 2
+// above kGemvPackedWideMaxM); prefetch
 // GemvPackedDefaultPrefetch of the device's vendor and the key's m.
 void GemvPackedFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
 size_t GemvPackedWeightsBytes(const KernelVariant& v, const OpKey& key, const ParamValues& p);
