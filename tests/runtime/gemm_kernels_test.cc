@@ -22,6 +22,7 @@
 #include "cliffguard/kernel.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/gemm_params.h"
+#include "kernels/cpu/gemm_ukernel_impl.h"
 #include "kernels/cpu/gemv_params.h"
 #include "runtime/gemm_tester.h"
 #include "runtime/kernel_test_util.h"
@@ -529,6 +530,90 @@ TEST(CpuGemmTable, DefaultScheduleResolvesAndRuns) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_4x4__scalar");
   GemmTester().shape(33, 65, 17).beta(1.0f).Test(*s);
+}
+
+// What the own vector variants propose to the tuner per key: the fitted default
+// first; on a compute-bound key deeper than the fitted kc, the variants of the
+// host's widest ISA also the deep-k blocking, and those of a narrower ISA nothing;
+// the portable variant nothing. An AVX-512 host with 2 MiB of L2 (the rule reads
+// the device, not this machine).
+TEST(CpuGemmTable, OwnVariantsProposeFittedThenDeepK) {
+  DeviceInfo d = Host();
+  d.isa = kIsaScalar | kIsaAvx2 | kIsaAvx512;
+  d.arch = "avx512";
+  d.l2_bytes = int64_t{2} << 20;
+  struct Case {
+    OpKey key;
+    bool compute_bound;
+  };
+  const Case cases[] = {{OpKey::Gemm(128, 768, 3072), true},
+                        {OpKey::Gemm(1024, 1024, 1024, false, true), true},
+                        {OpKey::Gemm(128, 768, 256), true},
+                        {OpKey::Gemm(16, 4096, 4096), false},
+                        {OpKey::Gemm(4, 4096, 4096, false, true), false}};
+  int deep = 0, silent = 0;
+  for (const Case& c : cases) {
+    for (const KernelVariant& v : cpu::CpuKernelVariants()) {
+      if (v.op != OpKind::kGemm || !v.candidates || !VariantSupports(v, c.key, d).ok()) continue;
+      const std::string_view name = v.name;
+      if (name.find("_onednn") != name.npos || name.find("_openblas") != name.npos) continue;
+      const bool tile = name.find("_gemv_") == name.npos;
+      const auto proposals = v.candidates(v, c.key, d);
+      if (v.isa == kIsaScalar || (tile && c.compute_bound && v.isa != kIsaAvx512)) {
+        EXPECT_TRUE(proposals.empty()) << v.name << " " << c.key.ToString();
+        silent += v.isa != kIsaScalar;
+        continue;
+      }
+      ASSERT_FALSE(proposals.empty()) << v.name;
+      const Schedule fitted = VariantDefaultSchedule(v, c.key, d);
+      EXPECT_EQ(Schedule({&v, proposals[0]}).ToString(), fitted.ToString());
+      const bool deeper = tile && c.compute_bound && c.key.k() > fitted.params[cpu::kParamKc];
+      ASSERT_EQ(proposals.size(), deeper ? 2u : 1u) << v.name << " " << c.key.ToString();
+      for (const ParamValues& p : proposals) EXPECT_TRUE(CheckSchedule({&v, p}, c.key, d).ok()) << v.name;
+      if (!deeper) continue;
+      const ParamValues& p = proposals[1];
+      const int mr = v.config.gemm.mr, nr = v.config.gemm.nr;
+      EXPECT_EQ(p[cpu::kParamMc], cpu::kGemmDeepKPanels * mr) << v.name;
+      EXPECT_EQ(p[cpu::kParamKc], cpu::GemmDeepKc(mr, nr, c.key.k(), d.l2_bytes)) << v.name;
+      EXPECT_GT(p[cpu::kParamKc], fitted.params[cpu::kParamKc]) << v.name;
+      EXPECT_LE(int64_t{cpu::kGemmDeepKPanels * mr + nr} * p[cpu::kParamKc] * 4, d.l2_bytes / 4) << v.name;
+      for (int i = 0; i < cpu::kNumGemmParams; ++i)
+        if (i != cpu::kParamMc && i != cpu::kParamKc) EXPECT_EQ(p[i], fitted.params[i]) << v.name << " param " << i;
+      ++deep;
+    }
+  }
+  if (deep == 0) GTEST_SKIP() << "this build has no AVX-512 GEMM variants";
+  EXPECT_GT(silent, 0);
+}
+
+// The next B panel's prefetch is spread over the micro-kernel's k loop: after one
+// tick per k group every line is issued, however many lines the panel has against
+// the loop's groups (kc = 1024 at unroll_k = 4 has 256 groups and, on 4 A panels,
+// 512 lines per call: issuing the rest at once after the loop stalled the next call).
+TEST(CpuGemmTable, NextPanelPrefetchIsSpreadOverTheWholeLoop) {
+  for (const int64_t groups : {1, 7, 96, 256, 512})
+    for (const int64_t lines : {0, 1, 5, 96, 255, 256, 257, 512, 2048}) {
+      std::vector<char> panel(size_t(lines + 1) * 64);
+      cpu::UkArgs args{};
+      args.next_b = panel.data();
+      args.next_b_lines = lines;
+      cpu::SpreadPrefetch spread(args, groups);
+      for (int64_t g = 0; g < groups; ++g) spread.Tick();
+      EXPECT_EQ(spread.left, 0) << lines << " lines over " << groups << " groups";
+      EXPECT_EQ(spread.line, panel.data() + lines * 64) << lines << " lines over " << groups << " groups";
+    }
+}
+
+// The deep-k depth: the smallest listed kc that covers k, else the deepest the
+// quarter of L2 holds (and at most kGemmDeepKMaxKc); 0 without room or L2.
+TEST(CpuGemmTable, DeepKcCoversKWithinAQuarterOfL2) {
+  const int64_t two_mib = int64_t{2} << 20;
+  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 1024, two_mib), 1024);
+  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 4096, two_mib), 1024);
+  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 500, two_mib), 512);
+  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 1100, two_mib / 2), 512);  // (56 + 32) x 768 x 4 B > 256 KiB
+  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 4096, 0), 0);
+  EXPECT_EQ(cpu::GemmDeepKc(6, 64, 300, two_mib), 320);
 }
 
 // A serving process may run kernels on several threads and then fork (pre-forked

@@ -262,34 +262,6 @@ TEST(SearchSpaceTest, LibraryVariantsAreCandidates) {
   if (found == 0) GTEST_SKIP() << "this build has no library variants";
 }
 
-// The own vector GEMM variants propose their fitted default per key (one schedule,
-// the one VariantDefaultSchedule gives), so that the tuner measures it first; the
-// portable variant proposes nothing.
-TEST(SearchSpaceTest, OwnVectorVariantsProposeTheirFittedDefault) {
-  const DeviceInfo host = HostCpuDevice(2);
-  int checked = 0;
-  for (const OpKey& key : {OpKey::Gemm(128, 768, 3072), OpKey::Gemm(4, 4096, 4096, false, true)}) {
-    for (const KernelVariant& v : AllKernelVariants()) {
-      if (v.backend != Backend::kCpu || v.op != OpKind::kGemm || std::string_view(v.name).find("_gemm_onednn") !=
-          std::string_view::npos || std::string_view(v.name).find("_gemm_openblas") != std::string_view::npos)
-        continue;
-      if (!VariantSupports(v, key, host).ok()) continue;
-      ASSERT_NE(v.candidates, nullptr) << v.name;
-      const auto proposals = v.candidates(v, key, host);
-      if (v.isa == kIsaScalar) {
-        EXPECT_TRUE(proposals.empty()) << v.name;
-        continue;
-      }
-      ASSERT_EQ(proposals.size(), 1u) << v.name;
-      const Schedule fitted = VariantDefaultSchedule(v, key, host);
-      EXPECT_EQ(Schedule({&v, proposals[0]}).ToString(), fitted.ToString());
-      EXPECT_TRUE(CheckSchedule(fitted, key, host).ok()) << fitted.ToString();
-      ++checked;
-    }
-  }
-  if (checked == 0) GTEST_SKIP() << "this host runs only the portable variant";
-}
-
 TEST(FeaturesTest, FixedLengthNamedAndDerived) {
   const int nf = NumFeatures();
   ASSERT_EQ(static_cast<size_t>(nf), FeatureNames().size());

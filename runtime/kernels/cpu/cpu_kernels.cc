@@ -63,7 +63,8 @@ Status GemmPackWeights(const KernelVariant& self, const OpKey& key, const ParamV
   return Status::Ok();
 }
 
-// The own vector variants propose their fitted default per key, so that the tuner
+// The own vector variants propose their fitted default per key (the GEMM variants
+// more, or nothing, on compute-bound keys: GemmCandidates), so that the tuner
 // measures it first: where a library is the built-in default (large keys), the
 // search would otherwise find the own kernels' reasoned blocking only by chance
 // within a small trial budget. The portable variant proposes nothing.
@@ -73,6 +74,34 @@ std::vector<ParamValues> OwnDefaultCandidates(const KernelVariant& v, const OpKe
 }
 
 }  // namespace
+
+int32_t GemmDeepKc(int mr, int nr, int64_t k, int64_t l2_bytes) {
+  int32_t best = 0;
+  for (const int32_t kc : kGemmKcValues) {
+    const int64_t bytes = int64_t{kGemmDeepKPanels * mr + nr} * kc * int64_t{sizeof(float)};
+    if (kc > kGemmDeepKMaxKc || bytes > l2_bytes / 4) break;
+    best = kc;
+    if (kc >= k) break;
+  }
+  return best;
+}
+
+std::vector<ParamValues> GemmCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
+  const bool compute_bound = key.m() >= kGemmComputeBoundMinM;
+  const bool narrower_isa = (device.isa & ~((v.isa << 1) - 1)) != 0;
+  if (compute_bound && narrower_isa) return {};
+  std::vector<ParamValues> out = OwnDefaultCandidates(v, key, device);
+  if (out.empty() || !compute_bound) return out;
+  const GemmConfig& tile = v.config.gemm;
+  const int32_t kc = GemmDeepKc(tile.mr, tile.nr, key.k(), device.l2_bytes);
+  if (key.k() > out[0][kParamKc] && kc > out[0][kParamKc]) {
+    ParamValues deep = out[0];
+    deep[kParamMc] = kGemmDeepKPanels * tile.mr;
+    deep[kParamKc] = kc;
+    out.push_back(deep);
+  }
+  return out;
+}
 
 int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device) {
   const double work = key.Flops() / kFlopsPerThread;
@@ -134,7 +163,7 @@ std::span<const KernelVariant> CpuKernelVariants() {
 #include "kernels/cpu/gemv_f32.inc"
 #define CG_KERNEL(isa, name, mr, nr)                                                                          \
   {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, GemmParamSet<mr, nr>::kSpecs, nullptr, &GemmCheck, \
-   &GemmFitDefaults, {.gemm = &GemmEntry<&name##_ukernel, mr, nr>}, {.gemm = {mr, nr}}, &OwnDefaultCandidates, nullptr, \
+   &GemmFitDefaults, {.gemm = &GemmEntry<&name##_ukernel, mr, nr>}, {.gemm = {mr, nr}}, &GemmCandidates, nullptr, \
    &GemmPackedWeightsBytes, &GemmPackWeights},
 #include "kernels/cpu/gemm_f32.inc"
   });

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "cliffguard/kernel.h"
 
@@ -77,6 +78,25 @@ struct GemmParamSet {
 // and library): the largest of kGemmThreadValues within the device budget and the
 // shape's work (2 MFLOP per thread).
 int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device);
+
+// candidates(): what the tuner measures first for a key, beside the search. Every
+// vector variant proposes its fitted default; on compute-bound keys (m of at least
+// kGemmComputeBoundMinM) whose k is deeper than the fitted kc, the variants of the
+// host's widest ISA also propose the deep-k blocking (mc = kGemmDeepKPanels mr, kc
+// from GemmDeepKc: fewer passes over C), and those of a narrower ISA propose nothing
+// (half the FMA width; none of them won such a key in four serving-table tunings).
+// Measured on the Intel AVX-512 host: the 14x32 tile with mc = 56, kc = 1024 ran
+// 1.03-1.10x its fitted blocking and oneDNN on m, n, k >= 1000 (bench/RESULTS.md,
+// "Large nn at the FMA peak").
+inline constexpr int64_t kGemmComputeBoundMinM = 64;
+inline constexpr int32_t kGemmDeepKPanels = 4;
+inline constexpr int32_t kGemmDeepKMaxKc = 1024;
+// The deep-k blocking's kc for an mr x nr tile: the smallest kGemmKcValues value
+// that covers k, else the largest, at most kGemmDeepKMaxKc, with the A block
+// (kGemmDeepKPanels mr rows) and one B micro-panel (nr columns) of that depth within
+// a quarter of L2. 0 when no list value fits (or L2 is unknown).
+int32_t GemmDeepKc(int mr, int nr, int64_t k, int64_t l2_bytes);
+std::vector<ParamValues> GemmCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 
 // check(): mc % mr, nc % nr, threads <= device.threads, pack_b=0 only without trans_b.
 Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
