@@ -85,9 +85,10 @@ int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device);
 // host's widest ISA also propose the deep-k blocking (mc = kGemmDeepKPanels mr, kc
 // from GemmDeepKc: fewer passes over C), and those of a narrower ISA propose nothing
 // (half the FMA width; none of them won such a key in four serving-table tunings).
-// Measured on the Intel AVX-512 host: the 14x32 tile with mc = 56, kc = 1024 ran
-// 1.03-1.10x its fitted blocking and oneDNN on m, n, k >= 1000 (bench/RESULTS.md,
-// "Large nn at the FMA peak").
+// Measured on the Intel AVX-512 host (bench/RESULTS.md, "Large `nn` at the FMA
+// peak"): the 14x32 tile with mc = 56 and kc = 1024 took 0.92-1.00x the time of its
+// fitted blocking and 0.78-1.04x oneDNN's on seven constant-weights keys with m of
+// 32 to 2048 and k of 1024 to 4096.
 inline constexpr int64_t kGemmComputeBoundMinM = 64;
 inline constexpr int32_t kGemmDeepKPanels = 4;
 inline constexpr int32_t kGemmDeepKMaxKc = 1024;

@@ -23,9 +23,9 @@ struct Avx512Traits {
   static CG_INLINE void FmaAcc(V& acc, V a, V b) { acc = _mm512_fmadd_ps(a, b, acc); }
   // acc += a * b in acc's own register (the 231 form), for the GEMM tile: with the
   // intrinsic, GCC rotates the tile's accumulators through registers and spills some
-  // inside the unrolled k loop. Pinned, the fitted 14x32 ran 1.18-1.24x and the
-  // fitted 6x64 1.02-1.15x faster on constant weights (8x32 within 2% at m >= 128,
-  // 1.10-1.16x faster at m <= 8). FmaAcc stays free: the small-m kernels fold the
+  // inside the unrolled k loop. Pinned, the fitted 14x32 ran 1.16-1.24x and the
+  // fitted 6x64 1.02-1.14x faster on constant weights (8x32 0.98-1.03x at m >= 128,
+  // 1.12-1.19x faster at m <= 8). FmaAcc stays free: the small-m kernels fold the
   // broadcast of A into their FMAs and ran 1.15-1.6x slower pinned at m = 4 and 8.
   static CG_INLINE void FmaAccPinned(V& acc, V a, V b) { asm("vfmadd231ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b)); }
   static CG_INLINE V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
