@@ -64,7 +64,7 @@ CG_INLINE void Step(typename T::V (&acc)[M][NV], const float* a, int64_t a_rs, c
 // UkArgs::next_b: spread over the loop's k groups, one line every `every` groups
 // when the panel has fewer lines than the loop has groups, else `per` lines each
 // group (a burst of the lines left at the end of the loop stalled the next call:
-// kc = 1024 with unroll_k = 4 ran 1.13x slower than with 2).
+// kc = 1024 with unroll_k = 4 ran 1.12-1.14x slower than with 2).
 struct SpreadPrefetch {
   const char* line;
   int64_t left, every, per, count;
