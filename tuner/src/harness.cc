@@ -73,14 +73,13 @@ Status PackedWeightsCache::Rotate(std::span<const Schedule> batch, const OpKey& 
   rotated_.clear();
   if (batch.empty()) return Status::Ok();
   const size_t share = (size_t(std::max<int64_t>(cover_bytes, 1)) + batch.size() - 1) / batch.size();
-  std::vector<size_t> bytes, copies;
+  std::vector<size_t> copies;
   size_t total = 0;
   for (const Schedule& s : batch) {
     const KernelVariant& v = *s.variant;
     const size_t b = ((v.pack_weights ? v.packed_weights_bytes(v, key, s.params) : weights_bytes) + 63) / 64 * 64;
-    bytes.push_back(b);
     copies.push_back(std::max<size_t>(1, (share + b - 1) / b));
-    total += bytes.back() * copies.back();
+    total += b * copies.back();
   }
   if (total > kMaxRotatedBytes || (batch.size() == 1 && copies[0] == 1)) return Status::Ok();
   for (size_t i = 0; i < batch.size(); ++i) {
