@@ -66,6 +66,11 @@ void EdgeShapes(const KernelVariant& v) {
       }
   GemmTester().shape(127, 127, 61).beta(2.5f).Test(small);
   GemmTester().shape(61, 127, 127).ldc_pad(1).Test(in_place);
+  // A packed in depth steps of 32 (a block of kc = 192, then one of 19) with full
+  // panels and an edge panel of two rows (the pairs after the groups of four) or three.
+  const Schedule deep = With(v, {{"mc", 4 * mr}, {"kc", 192}, {"nc", 2 * nr}});
+  GemmTester().shape(3 * mr + 2, nr + 7, 211).lda_pad(5).Test(deep);
+  GemmTester().shape(3 * mr + 3, nr + 7, 211).trans_b(true).Test(deep);
 }
 
 void Transposes(const KernelVariant& v) {

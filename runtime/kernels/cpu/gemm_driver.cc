@@ -56,9 +56,10 @@ inline bool CopyFullPanel(float* dst, const float* src, int64_t ld, int64_t rows
 
 // Transposing copy: dst[p * width + i] = src[i * ld + p] for i < rows, p < depth
 // (rows of the source become columns of the panel). Four rows at a time through
-// 4x4 SSE transposes (SSE2 is the x86-64 baseline this ISA-free file may use).
-inline void PackTransposed(float* __restrict dst, int width, const float* __restrict src, int64_t ld, int rows,
-                           int64_t depth) {
+// 4x4 SSE transposes, then two at a time through unpacks (SSE2 is the x86-64
+// baseline this ISA-free file may use).
+inline void PackTransposedDepth(float* __restrict dst, int width, const float* __restrict src, int64_t ld, int rows,
+                                int64_t depth) {
   int i = 0;
 #if defined(__SSE2__)
   for (; i + 4 <= rows; i += 4) {
@@ -84,9 +85,39 @@ inline void PackTransposed(float* __restrict dst, int width, const float* __rest
       d[p * width + 3] = s3[p];
     }
   }
+  for (; i + 2 <= rows; i += 2) {
+    const float* s0 = src + i * ld;
+    const float* s1 = s0 + ld;
+    float* d = dst + i;
+    int64_t p = 0;
+    for (; p + 4 <= depth; p += 4) {
+      const __m128 r0 = _mm_loadu_ps(s0 + p), r1 = _mm_loadu_ps(s1 + p);
+      const __m128 lo = _mm_unpacklo_ps(r0, r1), hi = _mm_unpackhi_ps(r0, r1);
+      _mm_storel_pi(reinterpret_cast<__m64*>(d + (p + 0) * width), lo);
+      _mm_storeh_pi(reinterpret_cast<__m64*>(d + (p + 1) * width), lo);
+      _mm_storel_pi(reinterpret_cast<__m64*>(d + (p + 2) * width), hi);
+      _mm_storeh_pi(reinterpret_cast<__m64*>(d + (p + 3) * width), hi);
+    }
+    for (; p < depth; ++p) {
+      d[p * width + 0] = s0[p];
+      d[p * width + 1] = s1[p];
+    }
+  }
 #endif
   for (; i < rows; ++i)
     for (int64_t p = 0; p < depth; ++p) dst[p * width + i] = src[i * ld + p];
+}
+
+// Depth steps per pass over the panel's rows in PackTransposed: every group of rows
+// advances together, and the stores of one pass are still in L1 when the next group
+// fills its columns. Whole-depth passes made the pack-bound 3136 x 64 x 576 run
+// 1.08-1.20x slower on the fitted 8x32, 14x32 and 6x64 tiles (bench/RESULTS.md).
+inline constexpr int64_t kPackDepthStep = 32;
+
+inline void PackTransposed(float* __restrict dst, int width, const float* __restrict src, int64_t ld, int rows,
+                           int64_t depth) {
+  for (int64_t p0 = 0; p0 < depth; p0 += kPackDepthStep)
+    PackTransposedDepth(dst + p0 * width, width, src + p0, ld, rows, std::min(kPackDepthStep, depth - p0));
 }
 
 struct AView {
