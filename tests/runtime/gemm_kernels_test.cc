@@ -554,6 +554,7 @@ TEST(CpuGemmTable, OwnVariantsProposeFittedThenDeepK) {
   const Case cases[] = {{OpKey::Gemm(128, 768, 3072), true},
                         {OpKey::Gemm(1024, 1024, 1024, false, true), true},
                         {OpKey::Gemm(128, 768, 256), true},
+                        {OpKey::Gemm(1536, 1000, 2000, false, true), true},
                         {OpKey::Gemm(16, 4096, 4096), false},
                         {OpKey::Gemm(4, 4096, 4096, false, true), false}};
   int deep = 0, silent = 0;
@@ -579,9 +580,13 @@ TEST(CpuGemmTable, OwnVariantsProposeFittedThenDeepK) {
       const ParamValues& p = proposals[1];
       const int mr = v.config.gemm.mr, nr = v.config.gemm.nr;
       EXPECT_EQ(p[cpu::kParamMc], cpu::kGemmDeepKPanels * mr) << v.name;
-      EXPECT_EQ(p[cpu::kParamKc], cpu::GemmDeepKc(mr, nr, c.key.k(), d.l2_bytes)) << v.name;
+      EXPECT_EQ(p[cpu::kParamKc], cpu::GemmDeepKc(mr, nr, c.key.m(), c.key.k(), d.l2_bytes)) << v.name;
       EXPECT_GT(p[cpu::kParamKc], fitted.params[cpu::kParamKc]) << v.name;
-      EXPECT_LE(int64_t{cpu::kGemmDeepKPanels * mr + nr} * p[cpu::kParamKc] * 4, d.l2_bytes / 4) << v.name;
+      const bool one_pass = p[cpu::kParamKc] > cpu::kGemmDeepKMaxKc;
+      EXPECT_EQ(one_pass, c.key.m() >= cpu::kGemmOnePassMinM && c.key.k() > cpu::kGemmDeepKMaxKc) << v.name;
+      if (one_pass) EXPECT_GE(p[cpu::kParamKc], c.key.k()) << v.name;
+      EXPECT_LE(int64_t{cpu::kGemmDeepKPanels * mr + nr} * p[cpu::kParamKc] * 4, d.l2_bytes / (one_pass ? 2 : 4))
+          << v.name;
       for (int i = 0; i < cpu::kNumGemmParams; ++i)
         if (i != cpu::kParamMc && i != cpu::kParamKc) EXPECT_EQ(p[i], fitted.params[i]) << v.name << " param " << i;
       ++deep;
@@ -610,15 +615,22 @@ TEST(CpuGemmTable, NextPanelPrefetchIsSpreadOverTheWholeLoop) {
 }
 
 // The deep-k depth: the smallest listed kc that covers k, else the deepest the
-// quarter of L2 holds (and at most kGemmDeepKMaxKc); 0 without room or L2.
-TEST(CpuGemmTable, DeepKcCoversKWithinAQuarterOfL2) {
+// quarter of L2 holds (and at most kGemmDeepKMaxKc); for m of at least
+// kGemmOnePassMinM and k beyond that, one pass over C (a kc that covers k, at most
+// kGemmOnePassMaxKc) within half of L2 where one fits; 0 without room or L2.
+TEST(CpuGemmTable, DeepKcCoversKWithinItsShareOfL2) {
   const int64_t two_mib = int64_t{2} << 20;
-  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 1024, two_mib), 1024);
-  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 4096, two_mib), 1024);
-  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 500, two_mib), 512);
-  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 1100, two_mib / 2), 512);  // (56 + 32) x 768 x 4 B > 256 KiB
-  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 4096, 0), 0);
-  EXPECT_EQ(cpu::GemmDeepKc(6, 64, 300, two_mib), 320);
+  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 1024, 1024, two_mib), 1024);
+  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 1024, 4096, two_mib), 1024);  // no kc covers 4096
+  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 128, 4096, two_mib), 1024);
+  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 1024, 500, two_mib), 512);
+  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 128, 1100, two_mib / 2), 512);  // (56 + 32) x 768 x 4 B > 256 KiB
+  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 1000, 1100, two_mib), 1536);     // one pass: 528 KiB <= 1 MiB
+  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 255, 1100, two_mib), 1024);      // below kGemmOnePassMinM
+  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 2048, 2048, two_mib), 2048);     // 704 KiB <= 1 MiB
+  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 2048, 2048, two_mib / 2), 512);  // 704 KiB > 512 KiB: a quarter's kc
+  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 1024, 4096, 0), 0);
+  EXPECT_EQ(cpu::GemmDeepKc(6, 64, 1024, 300, two_mib), 320);
 }
 
 // A serving process may run kernels on several threads and then fork (pre-forked

@@ -73,17 +73,27 @@ std::vector<ParamValues> OwnDefaultCandidates(const KernelVariant& v, const OpKe
   return {VariantDefaultSchedule(v, key, device).params};
 }
 
-}  // namespace
-
-int32_t GemmDeepKc(int mr, int nr, int64_t k, int64_t l2_bytes) {
+// The smallest kGemmKcValues value of at most max_kc that covers k with the A block
+// and a B micro-panel within l2_budget bytes, else the largest that fits; 0: none.
+int32_t DeepKcWithin(int mr, int nr, int64_t k, int32_t max_kc, int64_t l2_budget) {
   int32_t best = 0;
   for (const int32_t kc : kGemmKcValues) {
     const int64_t bytes = int64_t{kGemmDeepKPanels * mr + nr} * kc * int64_t{sizeof(float)};
-    if (kc > kGemmDeepKMaxKc || bytes > l2_bytes / 4) break;
+    if (kc > max_kc || bytes > l2_budget) break;
     best = kc;
     if (kc >= k) break;
   }
   return best;
+}
+
+}  // namespace
+
+int32_t GemmDeepKc(int mr, int nr, int64_t m, int64_t k, int64_t l2_bytes) {
+  if (m >= kGemmOnePassMinM && k > kGemmDeepKMaxKc) {
+    const int32_t one_pass = DeepKcWithin(mr, nr, k, kGemmOnePassMaxKc, l2_bytes / 2);
+    if (one_pass >= k) return one_pass;
+  }
+  return DeepKcWithin(mr, nr, k, kGemmDeepKMaxKc, l2_bytes / 4);
 }
 
 std::vector<ParamValues> GemmCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
@@ -93,7 +103,7 @@ std::vector<ParamValues> GemmCandidates(const KernelVariant& v, const OpKey& key
   std::vector<ParamValues> out = OwnDefaultCandidates(v, key, device);
   if (out.empty() || !compute_bound) return out;
   const GemmConfig& tile = v.config.gemm;
-  const int32_t kc = GemmDeepKc(tile.mr, tile.nr, key.k(), device.l2_bytes);
+  const int32_t kc = GemmDeepKc(tile.mr, tile.nr, key.m(), key.k(), device.l2_bytes);
   if (key.k() > out[0][kParamKc] && kc > out[0][kParamKc]) {
     ParamValues deep = out[0];
     deep[kParamMc] = kGemmDeepKPanels * tile.mr;

@@ -2,9 +2,9 @@
 // variant declares the same parameters in the same order (GemmParam below); mc
 // and nc lists are per variant (multiples of its mr / nr), the
 // others are shared. The tuner builds its search space from these lists:
-// 14 * 14 * 14 (mc, kc, nc) * 3 (par) * 7 (threads) * 4 (unroll_k) * 5 (prefetch)
-// * 2 * 2 (pack_a, pack_b) = 4.6e6 schedules per variant and shape before the
-// threads <= device.threads constraint (1.3e6 on a 2-thread device).
+// 14 * 16 * 14 (mc, kc, nc) * 3 (par) * 7 (threads) * 4 (unroll_k) * 5 (prefetch)
+// * 2 * 2 (pack_a, pack_b) = 5.3e6 schedules per variant and shape before the
+// threads <= device.threads constraint (1.5e6 on a 2-thread device).
 #pragma once
 
 #include <cstdint>
@@ -35,7 +35,8 @@ enum GemmPar : int { kParN = 0, kParM = 1, kParMicroPanels = 2 };
 // Multipliers of mr (for mc) and nr (for nc).
 inline constexpr int32_t kGemmBlockMultipliers[] = {1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64};
 inline constexpr int32_t kGemmNcMultipliers[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128};
-inline constexpr int32_t kGemmKcValues[] = {16, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 768, 1024};
+inline constexpr int32_t kGemmKcValues[] = {16,  32,  48,  64,  96,  128, 160,  192,
+                                            256, 320, 384, 512, 768, 1024, 1536, 2048};
 inline constexpr int32_t kGemmParValues[] = {0, 1, 2};
 inline constexpr int32_t kGemmThreadValues[] = {1, 2, 4, 8, 16, 32, 64};
 inline constexpr int32_t kGemmUnrollValues[] = {1, 2, 4, 8};
@@ -88,15 +89,22 @@ int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device);
 // Measured on the Intel AVX-512 host (bench/RESULTS.md, "Large `nn` at the FMA
 // peak"): the 14x32 tile with mc = 56 and kc = 1024 took 0.92-1.00x the time of its
 // fitted blocking and 0.78-1.04x oneDNN's on seven constant-weights keys with m of
-// 32 to 2048 and k of 1024 to 4096.
+// 32 to 2048 and k of 1024 to 4096; one pass over C (kc covering k up to 2048) took
+// 0.94-0.98x the time of kc = 1024 at m >= 1000 and k of 1100 to 2048, 0.99-1.00x at
+// m = 256, and 1.03-1.10x at m = 64 and 128 ("Packing A in depth steps").
 inline constexpr int64_t kGemmComputeBoundMinM = 64;
 inline constexpr int32_t kGemmDeepKPanels = 4;
 inline constexpr int32_t kGemmDeepKMaxKc = 1024;
-// The deep-k blocking's kc for an mr x nr tile: the smallest kGemmKcValues value
-// that covers k, else the largest, at most kGemmDeepKMaxKc, with the A block
-// (kGemmDeepKPanels mr rows) and one B micro-panel (nr columns) of that depth within
-// a quarter of L2. 0 when no list value fits (or L2 is unknown).
-int32_t GemmDeepKc(int mr, int nr, int64_t k, int64_t l2_bytes);
+inline constexpr int64_t kGemmOnePassMinM = 256;
+inline constexpr int32_t kGemmOnePassMaxKc = 2048;
+// The deep-k blocking's kc for an m-row key of depth k on an mr x nr tile: the
+// smallest kGemmKcValues value that covers k, else the largest, at most
+// kGemmDeepKMaxKc, with the A block (kGemmDeepKPanels mr rows) and one B micro-panel
+// (nr columns) of that depth within a quarter of L2. With m of at least
+// kGemmOnePassMinM and k beyond kGemmDeepKMaxKc: the smallest value that covers k
+// (one pass over C), at most kGemmOnePassMaxKc, with both within half of L2, where
+// one fits. 0 when no list value fits (or L2 is unknown).
+int32_t GemmDeepKc(int mr, int nr, int64_t m, int64_t k, int64_t l2_bytes);
 std::vector<ParamValues> GemmCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 
 // check(): mc % mr, nc % nr, threads <= device.threads, pack_b=0 only without trans_b.
