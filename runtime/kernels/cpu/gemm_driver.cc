@@ -110,8 +110,9 @@ inline void PackTransposedDepth(float* __restrict dst, int width, const float* _
 
 // Depth steps per pass over the panel's rows in PackTransposed: every group of rows
 // advances together, and the stores of one pass are still in L1 when the next group
-// fills its columns. Whole-depth passes made the pack-bound 3136 x 64 x 576 run
-// 1.08-1.20x slower on the fitted 8x32, 14x32 and 6x64 tiles (bench/RESULTS.md).
+// fills its columns. Whole-depth passes made the pack-bound 3136 x 64 x 576 run 1.10x
+// (1 thread) and 1.18x (2 threads) slower on the fitted 8x32, 14x32 and 6x64 tiles,
+// medians of same-binary runs; shapes with k <= 128 moved 0.96-1.02x (bench/RESULTS.md).
 inline constexpr int64_t kPackDepthStep = 32;
 
 inline void PackTransposed(float* __restrict dst, int width, const float* __restrict src, int64_t ld, int rows,

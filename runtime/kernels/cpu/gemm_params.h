@@ -90,8 +90,8 @@ int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device);
 // peak"): the 14x32 tile with mc = 56 and kc = 1024 took 0.92-1.00x the time of its
 // fitted blocking and 0.78-1.04x oneDNN's on seven constant-weights keys with m of
 // 32 to 2048 and k of 1024 to 4096; one pass over C (kc covering k up to 2048) took
-// 0.94-0.98x the time of kc = 1024 at m >= 1000 and k of 1100 to 2048, 0.99-1.00x at
-// m = 256, and 1.03-1.10x at m = 64 and 128 ("Packing A in depth steps").
+// 0.94-0.98x the time of kc = 1024 at m of 784 to 2048 and k of 1100 to 2048,
+// 0.99-1.00x at m = 256, and 1.02-1.10x at m = 64 and 128 ("One pass over C").
 inline constexpr int64_t kGemmComputeBoundMinM = 64;
 inline constexpr int32_t kGemmDeepKPanels = 4;
 inline constexpr int32_t kGemmDeepKMaxKc = 1024;
