@@ -626,7 +626,7 @@ TEST(CpuGemmTable, DeepKcCoversKWithinItsShareOfL2) {
   EXPECT_EQ(cpu::GemmDeepKc(14, 32, 1024, 500, two_mib), 512);
   EXPECT_EQ(cpu::GemmDeepKc(14, 32, 128, 1100, two_mib / 2), 512);  // (56 + 32) x 768 x 4 B > 256 KiB
   EXPECT_EQ(cpu::GemmDeepKc(14, 32, 1000, 1100, two_mib), 1536);     // one pass: 528 KiB <= 1 MiB
-  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 255, 1100, two_mib), 1024);      // below kGemmOnePassMinM
+  EXPECT_EQ(cpu::GemmDeepKc(14, 32, 511, 1100, two_mib), 1024);      // below kGemmOnePassMinM
   EXPECT_EQ(cpu::GemmDeepKc(14, 32, 2048, 2048, two_mib), 2048);     // 704 KiB <= 1 MiB
   EXPECT_EQ(cpu::GemmDeepKc(14, 32, 2048, 2048, two_mib / 2), 512);  // 704 KiB > 512 KiB: a quarter's kc
   EXPECT_EQ(cpu::GemmDeepKc(14, 32, 1024, 4096, 0), 0);

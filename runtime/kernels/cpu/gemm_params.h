@@ -64,7 +64,7 @@ struct GemmParamSet {
   static constexpr auto kNc = Scaled(NR, kGemmNcMultipliers);
   static constexpr ParamSpec kSpecs[] = {
       {"mc", kMc.v, GemmDefaultMc(MR), "rows of op(A) per cache block (packed A block kept in L2); a multiple of mr"},
-      {"kc", kGemmKcValues, GemmDefaultKc(NR), "depth (k elements) per cache block; B micro-panel kc x nr stays in L1"},
+      {"kc", kGemmKcValues, GemmDefaultKc(NR), "depth (k elements) per cache block; the A block mc x kc stays in L2"},
       {"nc", kNc.v, GemmDefaultNc(NR), "columns of op(B) per cache block (packed B block); a multiple of nr"},
       {"par", kGemmParValues, 0, "loop split across threads: 0 = jc (N blocks), 1 = ic (M blocks), 2 = jr (micro-panels)"},
       {"threads", kGemmThreadValues, 1, "threads used (caller included); must be <= device threads"},
@@ -90,12 +90,13 @@ int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device);
 // peak"): the 14x32 tile with mc = 56 and kc = 1024 took 0.92-1.00x the time of its
 // fitted blocking and 0.78-1.04x oneDNN's on seven constant-weights keys with m of
 // 32 to 2048 and k of 1024 to 4096; one pass over C (kc covering k up to 2048) took
-// 0.94-0.98x the time of kc = 1024 at m of 784 to 2048 and k of 1100 to 2048,
-// 0.99-1.00x at m = 256, and 1.02-1.10x at m = 64 and 128 ("One pass over C").
+// 0.93-0.99x the time of kc = 1024 at m of 784 to 2048 and k of 1100 to 2048,
+// 0.98-1.00x at m = 512, 1.00x at m = 384 and 1.02-1.07x at m of 64 to 256
+// ("One pass over C").
 inline constexpr int64_t kGemmComputeBoundMinM = 64;
 inline constexpr int32_t kGemmDeepKPanels = 4;
 inline constexpr int32_t kGemmDeepKMaxKc = 1024;
-inline constexpr int64_t kGemmOnePassMinM = 256;
+inline constexpr int64_t kGemmOnePassMinM = 512;
 inline constexpr int32_t kGemmOnePassMaxKc = 2048;
 // The deep-k blocking's kc for an m-row key of depth k on an mr x nr tile: the
 // smallest kGemmKcValues value that covers k, else the largest, at most
