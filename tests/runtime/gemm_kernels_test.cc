@@ -3,6 +3,7 @@
 // skip on hosts without the variant's ISA (STYLE H5).
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +22,7 @@
 
 #include "cliffguard/kernel.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/gemm_driver.h"
 #include "kernels/cpu/gemm_params.h"
 #include "kernels/cpu/gemm_ukernel_impl.h"
 #include "kernels/cpu/gemv_params.h"
@@ -596,22 +598,64 @@ TEST(CpuGemmTable, OwnVariantsProposeFittedThenDeepK) {
   EXPECT_GT(silent, 0);
 }
 
-// The next B panel's prefetch is spread over the micro-kernel's k loop: after one
-// tick per k group every line is issued, however many lines the panel has against
-// the loop's groups (kc = 1024 at unroll_k = 4 has 256 groups and, on 4 A panels,
-// 512 lines per call: issuing the rest at once after the loop stalled the next call).
+// The next B panel's prefetch (and then, for SpreadPrefetchWalk, the next A block's
+// source) is spread over the micro-kernel's k loop: after one tick per k group every
+// line is issued, however many lines there are against the loop's groups (kc = 1024
+// at unroll_k = 4 has 256 groups and, on 4 A panels, 512 lines per call: issuing the
+// rest at once after the loop stalled the next call), and the A walk is left where
+// the next call goes on.
 TEST(CpuGemmTable, NextPanelPrefetchIsSpreadOverTheWholeLoop) {
   for (const int64_t groups : {1, 7, 96, 256, 512})
-    for (const int64_t lines : {0, 1, 5, 96, 255, 256, 257, 512, 2048}) {
-      std::vector<char> panel(size_t(lines + 1) * 64);
-      cpu::UkArgs args{};
-      args.next_b = panel.data();
-      args.next_b_lines = lines;
-      cpu::SpreadPrefetch spread(args, groups);
-      for (int64_t g = 0; g < groups; ++g) spread.Tick();
-      EXPECT_EQ(spread.left, 0) << lines << " lines over " << groups << " groups";
-      EXPECT_EQ(spread.line, panel.data() + lines * 64) << lines << " lines over " << groups << " groups";
-    }
+    for (const int64_t lines : {0, 1, 5, 96, 255, 256, 257, 512, 2048})
+      for (const int64_t a_lines : {0, 3, 300}) {
+        std::vector<char> panel(size_t(lines + 1) * 64), source(size_t(a_lines + 64) * 64 * 2);
+        int64_t total = 0;
+        cpu::UkLines walk = cpu::RectangleWalk(source.data(), a_lines + 1, 5 * 64, 2 * 5 * 64, total);
+        cpu::UkLines expect = walk;
+        for (int64_t i = 0; i < a_lines; ++i) expect.Step();
+        cpu::UkArgs args{};
+        args.next_b = panel.data();
+        args.next_b_lines = lines;
+        args.next_a = &walk;
+        args.next_a_lines = a_lines;
+        const std::string what = fmt::format("{} + {} lines over {} groups", lines, a_lines, groups);
+        cpu::SpreadPrefetchWalk spread(args, groups);
+        for (int64_t g = 0; g < groups; ++g) spread.Tick();
+        EXPECT_EQ(spread.left, 0) << what;
+        EXPECT_EQ(spread.line, panel.data() + lines * 64) << what;
+        EXPECT_EQ(walk.line, expect.line) << what;
+        EXPECT_EQ(walk.row_left, expect.row_left) << what;
+        if (a_lines > 0) continue;
+        cpu::SpreadPrefetch b_only(args, groups);
+        for (int64_t g = 0; g < groups; ++g) b_only.Tick();
+        EXPECT_EQ(b_only.left, 0) << what;
+        EXPECT_EQ(b_only.line, panel.data() + lines * 64) << what;
+      }
+}
+
+// The walk over a block's source visits every line of each row, rows in order, and
+// at most one line past a row's end; aligned rows take exactly their lines.
+TEST(CpuGemmTable, RectangleWalkCoversEveryRowInOrder) {
+  alignas(64) static char mem[64 * 1024];
+  for (const int64_t offset : {0, 4, 60})
+    for (const int64_t row_bytes : {4, 60, 64, 68, 224, 4096})
+      for (const int64_t stride : {row_bytes, int64_t{4100}, int64_t{8192}})
+        for (const int64_t rows : {0, 1, 3, 7}) {
+          const char* first = mem + offset;
+          int64_t lines = -1;
+          cpu::UkLines walk = cpu::RectangleWalk(first, rows, row_bytes, stride, lines);
+          const std::string what = fmt::format("offset {} row {} B stride {} B rows {}", offset, row_bytes, stride, rows);
+          ASSERT_EQ(lines, rows * walk.row_lines) << what;
+          for (int64_t r = 0; r < rows; ++r) {
+            const uintptr_t lo = reinterpret_cast<uintptr_t>(first + r * stride) / 64;
+            const uintptr_t hi = (reinterpret_cast<uintptr_t>(first + r * stride) + row_bytes - 1) / 64;
+            for (int64_t i = 0; i < walk.row_lines; ++i)
+              ASSERT_EQ(reinterpret_cast<uintptr_t>(walk.Step()) / 64, lo + i) << what << " row " << r << " line " << i;
+            EXPECT_GE(lo + walk.row_lines - 1, hi) << what << " row " << r;
+            EXPECT_LE(lo + walk.row_lines - 1, hi + 1) << what << " row " << r;
+          }
+          if (offset == 0 && stride % 64 == 0) EXPECT_EQ(lines, rows * ((row_bytes + 63) / 64)) << what;
+        }
 }
 
 // The deep-k depth: the smallest listed kc that covers k, else the deepest the

@@ -273,11 +273,64 @@ Panel AfterBlock(const Ctx& c, const BView& bv, int64_t kcb, int64_t q, int64_t 
   return {};
 }
 
+}  // namespace
+
+UkLines RectangleWalk(const void* first, int64_t rows, int64_t row_bytes, int64_t stride, int64_t& lines) {
+  const bool aligned = ((reinterpret_cast<uintptr_t>(first) | static_cast<uintptr_t>(stride)) & 63) == 0;
+  UkLines walk;
+  walk.line = static_cast<const char*>(first);
+  walk.row_lines = rows > 0 && row_bytes > 0 ? (row_bytes + 63) / 64 + (aligned ? 0 : 1) : 0;
+  walk.row_left = walk.row_lines;
+  walk.stride = stride;
+  lines = rows * walk.row_lines;
+  return walk;
+}
+
+namespace {
+
+// The source of op(A) panels [r0, r1) of the block rows [ic, ic+mcb) x depth
+// [pc, pc+kcb), as a walk over its cache lines; `lines` is their number.
+UkLines ASourceLines(const Ctx& c, int64_t ic, int64_t mcb, int64_t pc, int64_t kcb, int64_t r0, int64_t r1,
+                     int64_t& lines) {
+  const int64_t i0 = ic + r0 * c.mr, i1 = ic + std::min(r1 * c.mr, mcb);
+  const float* first = c.ta ? c.a + pc * c.lda + i0 : c.a + i0 * c.lda + pc;
+  const int64_t rows = c.ta ? kcb : i1 - i0, width = c.ta ? i1 - i0 : kcb;
+  return RectangleWalk(first, std::max<int64_t>(0, rows), std::max<int64_t>(0, width) * int64_t{sizeof(float)},
+                       c.lda * int64_t{sizeof(float)}, lines);
+}
+
+// The walk over the source of the A block a thread packs after block (ic, pc) of
+// column block jc, within its rows [m0, m1) and columns up to n_end: the next ic,
+// else the first of the next depth block, else of the next column block. With
+// nt > 1 the thread packs its share of each block's panels (par = 2). Returns the
+// walk's lines; 0 when there is none or A is not packed.
+int64_t NextASourceLines(const Ctx& c, int64_t ic, int64_t pc, int64_t jc, int64_t m0, int64_t m1, int64_t n_end,
+                         int tid, int nt, UkLines& walk) {
+  const GemmBlocking& blk = c.blk;
+  if (!blk.prefetch_next_a) return 0;
+  int64_t nic = ic + blk.mc, npc = pc;
+  if (nic >= m1) {
+    nic = m0;
+    npc = pc + blk.kc;
+    if (npc >= c.k) {
+      npc = 0;
+      if (jc + blk.nc >= n_end) return 0;
+    }
+  }
+  const int64_t mcb = std::min(blk.mc, m1 - nic), kcb = std::min(blk.kc, c.k - npc);
+  int64_t r0 = 0, r1 = CeilDiv(mcb, c.mr), lines = 0;
+  if (nt > 1) Split(r1, tid, nt, r0, r1);
+  walk = ASourceLines(c, nic, mcb, npc, kcb, r0, r1, lines);
+  return lines;
+}
+
 // Micro-kernel loops over B panels [q0, q1) and all A panels of one block. The panel
 // after each (q + 1, then `after` for the last) is prefetched into L2 over the
-// micro-kernel calls of the one before it.
+// micro-kernel calls of the one before it, and the `next_a_lines` of `next_a` (the
+// source of the A block packed next) over all the block's calls.
 void ComputeBlock(const Ctx& c, const AView& av, const BView& bv, int64_t ic, int64_t mcb, int64_t jc, int64_t ncb,
-                  int64_t kcb, float beta, int64_t q0, int64_t q1, Panel after) {
+                  int64_t kcb, float beta, int64_t q0, int64_t q1, Panel after, UkLines next_a,
+                  int64_t next_a_lines) {
   UkArgs u;
   u.kc = kcb;
   u.ldc = c.ldc;
@@ -287,7 +340,9 @@ void ComputeBlock(const Ctx& c, const AView& av, const BView& bv, int64_t ic, in
   u.prefetch = c.blk.prefetch;
   u.a_rs = av.rs;
   u.a_ks = av.ks;
+  u.next_a = &next_a;
   const int64_t rpanels = CeilDiv(mcb, c.mr);
+  const int64_t a_per_call = CeilDiv(next_a_lines, std::max<int64_t>(1, (q1 - q0) * rpanels));
   for (int64_t q = q0; q < q1; ++q) {
     u.n = static_cast<int>(std::min<int64_t>(c.nr, ncb - q * c.nr));
     if (q == bv.edge_q) {
@@ -307,6 +362,8 @@ void ComputeBlock(const Ctx& c, const AView& av, const BView& bv, int64_t ic, in
       const int64_t l0 = next.lines * r / rpanels, l1 = next.lines * (r + 1) / rpanels;
       u.next_b = reinterpret_cast<const char*>(next.base) + l0 * 64;
       u.next_b_lines = l1 - l0;
+      u.next_a_lines = std::min(a_per_call, next_a_lines);
+      next_a_lines -= u.next_a_lines;
       c.uk(u);
     }
   }
@@ -330,8 +387,10 @@ void RunParN(const Ctx& c, int tid, int nt) {
       for (int64_t ic = 0; ic < c.m; ic += blk.mc) {
         const int64_t mcb = std::min(blk.mc, c.m - ic);
         const AView av = PrepareA(c, ic, mcb, pc, kcb, 0, CeilDiv(mcb, c.mr), pa);
+        UkLines next_a;
+        const int64_t a_lines = NextASourceLines(c, ic, pc, jc, 0, c.m, n1, tid, 1, next_a);
         ComputeBlock(c, av, bv, ic, mcb, jc, ncb, kcb, beta, 0, qn,
-                     AfterBlock(c, bv, kcb, 0, ic + blk.mc, c.m, jc, pc, jc + blk.nc, n1, 0));
+                     AfterBlock(c, bv, kcb, 0, ic + blk.mc, c.m, jc, pc, jc + blk.nc, n1, 0), next_a, a_lines);
       }
     }
   }
@@ -357,8 +416,10 @@ void RunParM(const Ctx& c, int tid, int nt) {
       for (int64_t ic = m0; ic < m1; ic += blk.mc) {
         const int64_t mcb = std::min(blk.mc, m1 - ic);
         const AView av = PrepareA(c, ic, mcb, pc, kcb, 0, CeilDiv(mcb, c.mr), pa);
+        UkLines next_a;
+        const int64_t a_lines = NextASourceLines(c, ic, pc, jc, m0, m1, c.n, tid, 1, next_a);
         ComputeBlock(c, av, bv, ic, mcb, jc, ncb, kcb, beta, 0, qn,
-                     AfterBlock(c, bv, kcb, 0, ic + blk.mc, m1, jc, pc, jc + blk.nc, c.n, 0));
+                     AfterBlock(c, bv, kcb, 0, ic + blk.mc, m1, jc, pc, jc + blk.nc, c.n, 0), next_a, a_lines);
       }
       if (!c.packed_b) c.barrier->Wait(nt);  // every thread is done with it
     }
@@ -388,8 +449,11 @@ void RunParMicroPanels(const Ctx& c, int tid, int nt) {
         int64_t next_q0 = 0, next_q1 = 0;  // this thread's share of the next column block
         if (blk.prefetch_next && jc + blk.nc < c.n)
           Split(CeilDiv(std::min(blk.nc, c.n - jc - blk.nc), c.nr), tid, nt, next_q0, next_q1);
+        UkLines next_a;
+        const int64_t a_lines = NextASourceLines(c, ic, pc, jc, 0, c.m, c.n, tid, nt, next_a);
         ComputeBlock(c, av, bv, ic, mcb, jc, ncb, kcb, beta, q0, q1,
-                     q0 < q1 ? AfterBlock(c, bv, kcb, q0, ic + blk.mc, c.m, jc, pc, jc + blk.nc, c.n, next_q0) : Panel{});
+                     q0 < q1 ? AfterBlock(c, bv, kcb, q0, ic + blk.mc, c.m, jc, pc, jc + blk.nc, c.n, next_q0) : Panel{},
+                     next_a, a_lines);
         if (blk.pack_a) c.barrier->Wait(nt);
       }
       if (!c.packed_b) c.barrier->Wait(nt);
@@ -453,6 +517,7 @@ GemmBlocking BlockingFromParams(const ParamValues& p) {
   b.pack_a = p[kParamPackA] != 0;
   b.pack_b = p[kParamPackB] != 0;
   b.prefetch_next = true;
+  b.prefetch_next_a = true;
   return b;
 }
 
@@ -484,6 +549,7 @@ Status GemmF32(const GemmArgs& args, const GemmBlocking& blk_in, UkernelFn ukern
   GemmBlocking& blk = c.blk;
   if (args.trans_b || c.packed_b) blk.pack_b = true;  // check() rejects trans_b with pack_b=0; stay correct anyway
   blk.prefetch_next = blk.prefetch_next && c.packed_b;
+  blk.prefetch_next_a = blk.prefetch_next_a && blk.pack_a && blk.prefetch == 0 && c.n <= kNextASourceMaxN;
   blk.mc = std::max<int64_t>(mr, std::min(RoundUp(blk.mc, mr), RoundUp(c.m, mr)));
   blk.nc = std::max<int64_t>(nr, std::min(RoundUp(blk.nc, nr), RoundUp(c.n, nr)));
   blk.kc = std::max<int64_t>(1, std::min(blk.kc, c.k));

@@ -35,9 +35,22 @@ struct GemmBlocking {
   // layer's do between calls (bench/RESULTS.md: own schedules 1.06-1.35x faster against oneDNN on 1 and 2 threads). Off
   // for B packed within the call, already in cache (measured 1-4% slower with it).
   bool prefetch_next = false;
+  // The source of the A block packed next is prefetched into L2, spread over the
+  // micro-kernel calls of the block before it (UkArgs::next_a), where A is packed,
+  // `prefetch` is 0 and n is at most kNextASourceMaxN: there A is most of a call's
+  // traffic, and a cold A's pack stalled every block.
+  bool prefetch_next_a = false;
 };
 
-// prefetch_next is on: the GEMM family's calls with packed_b are constant weights.
+// The widest n whose GEMMs prefetch the next A block's source. Measured on the Intel
+// host (bench/RESULTS.md, "the next A block's source prefetched"), same binary with
+// and without, 8x32, 14x32 and 6x64 tiles: m of 3136 to 12544 with n of 32 to 128
+// took 0.67-0.93x the time on 1 and 2 threads; at n of 256 and beyond, neutral to
+// 1.03-1.10x slower (the A lines then pace the weights' stream).
+inline constexpr int64_t kNextASourceMaxN = 128;
+
+// prefetch_next is on: the GEMM family's calls with packed_b are constant weights;
+// so is prefetch_next_a, which GemmF32 keeps where its conditions hold.
 GemmBlocking BlockingFromParams(const ParamValues& p);
 
 // Runs C = alpha * op(A) * op(B) + beta * C for validated args. mc % mr == 0 and
@@ -52,6 +65,11 @@ Status GemmF32(const GemmArgs& args, const GemmBlocking& blk, UkernelFn ukernel,
 // pc * RoundUp(n, nr) + Q * nr * kcb; element (p, j) of a panel at [p * nr + j].
 // Independent of mc, nc, par and threads.
 int64_t PackedWeightsFloats(int64_t n, int64_t k, int nr);
+
+// A walk over the cache lines of `rows` rows of `row_bytes` bytes, `stride` bytes
+// apart from `first` on, every line of each row in order (a row that may not start
+// on a line spans one line more); `lines` is the walk's length.
+UkLines RectangleWalk(const void* first, int64_t rows, int64_t row_bytes, int64_t stride, int64_t& lines);
 
 // C = beta * C (beta == 0: C is not read): a call with alpha == 0, which reads
 // neither A nor B (BLAS semantics). Every CPU GEMM variant uses it.

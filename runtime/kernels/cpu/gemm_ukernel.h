@@ -19,6 +19,27 @@ namespace cliffguard::cpu {
 //   the driver runs next, prefetched into L2 spread over this call's k loop, so that
 //   a panel of constant weights cold in memory arrives while the one before it is in
 //   use (0 lines: none).
+//   next_a, next_a_lines: with prefetch == 0, then that many lines of the walk
+//   *next_a (the source of the A block the driver packs next), which the call
+//   advances past them (0 lines: none, and the k loop is the one without it).
+//
+// A walk over the cache lines of a rectangle: rows of row_lines lines, `stride`
+// bytes apart; `line` is the next line, row_left the lines left in its row.
+struct UkLines {
+  const char* line = nullptr;
+  int64_t row_left = 0, row_lines = 0, stride = 0;
+  // The line after `line`: the next in its row, else the first of the next row.
+  const char* Step() {
+    const char* at = line;
+    line += 64;
+    if (--row_left == 0) {
+      line += stride - row_lines * 64;
+      row_left = row_lines;
+    }
+    return at;
+  }
+};
+
 struct UkArgs {
   const float* a;
   int64_t a_rs, a_ks;
@@ -32,6 +53,8 @@ struct UkArgs {
   int unroll_k, prefetch;
   const char* next_b;
   int64_t next_b_lines;
+  UkLines* next_a;
+  int64_t next_a_lines;
 };
 
 using UkernelFn = void (*)(const UkArgs&);

@@ -85,6 +85,58 @@ struct SpreadPrefetch {
   }
 };
 
+// The same pace over the next B panel's lines and then UkArgs::next_a's, in a k loop
+// of its own: with this in SpreadPrefetch, calls without A lines ran 1.00-1.10x
+// slower (bench/RESULTS.md, "the next A block's source prefetched").
+struct SpreadPrefetchWalk {
+  const char* line;
+  int64_t left, every, per, count;
+  int64_t b_left;
+  UkLines* a;
+  CG_INLINE SpreadPrefetchWalk(const UkArgs& p, int64_t groups)
+      : line(p.next_b),
+        left(p.next_b_lines + p.next_a_lines),
+        every(left > 0 && groups > left ? groups / left : 1),
+        per(groups > 0 && left > groups ? (left + groups - 1) / groups : 1),
+        count(every),
+        b_left(p.next_b_lines),
+        a(p.next_a) {}
+  CG_INLINE const char* Next() {
+    --left;
+    if (b_left > 0) {
+      --b_left;
+      const char* at = line;
+      line += 64;
+      return at;
+    }
+    return a->Step();
+  }
+  CG_INLINE void Tick() {
+    if (left > 0 && --count == 0) {
+      for (int64_t i = 0; i < per && left > 0; ++i) __builtin_prefetch(Next(), 0, 2);
+      count = every;
+    }
+  }
+  CG_INLINE void Rest() {
+    while (left > 0) __builtin_prefetch(Next(), 0, 2);
+  }
+};
+
+// The k loop without software prefetch of A and B: whole groups of U steps, `next`
+// paced once per group, and its rest after them.
+template <class T, int M, int NV, int U, bool kPacked, class Next>
+CG_INLINE void GroupLoop(typename T::V (&acc)[M][NV], const float*& a, const float*& b, int64_t& k, int64_t a_rs,
+                         int64_t a_ks, int64_t b_ks, Next& next) {
+  for (; k >= U; k -= U) {
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) Step<T, M, NV, kPacked>(acc, a + u * a_ks, a_rs, b + u * b_ks);
+    next.Tick();
+    a += U * a_ks;
+    b += U * b_ks;
+  }
+  next.Rest();
+}
+
 template <class T, int MR, int M, int NV, int U, bool kPacked>
 void Tile(const UkArgs& p) {
   using V = typename T::V;
@@ -109,8 +161,14 @@ void Tile(const UkArgs& p) {
   const int64_t b_ks = p.b_ks;
   const int64_t pf = p.prefetch;
   int64_t k = p.kc;
-  SpreadPrefetch next(p, k / U);
-  if (pf != 0) {
+  if (pf == 0 && p.next_a_lines > 0) {
+    SpreadPrefetchWalk next(p, k / U);
+    GroupLoop<T, M, NV, U, kPacked>(acc, a, b, k, a_rs, a_ks, b_ks, next);
+  } else if (pf == 0) {
+    SpreadPrefetch next(p, k / U);
+    GroupLoop<T, M, NV, U, kPacked>(acc, a, b, k, a_rs, a_ks, b_ks, next);
+  } else {
+    SpreadPrefetch next(p, k / U);
     for (; k >= U; k -= U) {
 #pragma GCC unroll 8
       for (int u = 0; u < U; ++u) {
@@ -123,16 +181,8 @@ void Tile(const UkArgs& p) {
       a += U * a_ks;
       b += U * b_ks;
     }
-  } else {
-    for (; k >= U; k -= U) {
-#pragma GCC unroll 8
-      for (int u = 0; u < U; ++u) Step<T, M, NV, kPacked>(acc, a + u * a_ks, a_rs, b + u * b_ks);
-      next.Tick();
-      a += U * a_ks;
-      b += U * b_ks;
-    }
+    next.Rest();
   }
-  next.Rest();
   for (; k > 0; --k) {
     Step<T, M, NV, kPacked>(acc, a, a_rs, b);
     a += a_ks;
