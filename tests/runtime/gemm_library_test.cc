@@ -163,6 +163,13 @@ TEST(cpu_f32_gemm_onednn, ThreadsNeedPassiveOpenMpWaiting) {
   if (passive) {
     EXPECT_TRUE(st.ok()) << st.ToString();
     EXPECT_EQ(VariantDefaultSchedule(*v, key, d).params[0], 4);
+    // Waking the OpenMP team costs more than the own pool's worker: a thread per
+    // kOnednnFlopsPerThread of work, where the own kernels' rule gives one per 2 MFLOP.
+    const OpKey small = OpKey::Gemm(160, 384, 100);  // 12.3 MFLOP
+    EXPECT_EQ(VariantDefaultSchedule(*v, small, d).params[0], 1);
+    EXPECT_EQ(cpu::ThreadsForWork(small, d), 4);
+    EXPECT_EQ(VariantDefaultSchedule(*v, OpKey::Gemm(128, 256, 512), d).params[0], 2);  // 33.6 MFLOP
+    EXPECT_EQ(v->candidates(*v, small, d).front()[0], 1);
   } else {
     EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
     EXPECT_NE(st.message().find("OMP_WAIT_POLICY=passive"), std::string::npos) << st.message();

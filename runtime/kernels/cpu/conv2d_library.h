@@ -78,8 +78,8 @@ Status OnednnConv2d(const KernelVariant& self, const Conv2dArgs& args, const Par
 // check(): threads <= device.threads; threads > 1 only with passive OpenMP waiting;
 // reorder_weights = 1.
 Status OnednnConv2dCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
-// fit_defaults(): threads from the shape's work (ThreadsForWork; 1 without passive
-// OpenMP waiting), reorder_weights = 1, algorithm auto.
+// fit_defaults(): threads from the shape's work (onednn::FittedThreads; 1 without
+// passive OpenMP waiting), reorder_weights = 1, algorithm auto.
 void OnednnConv2dFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
 // candidates: reorder_weights = 1 with the fitted threads (auto, then direct), and
 // every other accepted thread count (auto).

@@ -16,13 +16,6 @@
 namespace cliffguard::cpu {
 namespace {
 
-// Work per thread below which fit_defaults does not add threads (flops). Measured on
-// a 2-core AVX2 host with idle library workers asleep (bench/RESULTS.md, "Threads of
-// the built-in default"): a second thread gains 1.5-1.8x from about 4 MFLOP (own
-// kernels and OpenBLAS alike) and breaks even near 0.5 MFLOP; 2 MFLOP is ~30 us on
-// one core. On a busy host a worker can wait a scheduler tick: tuned entries, which
-// are measured, decide there.
-constexpr double kFlopsPerThread = 2e6;
 // fit_defaults reads B in place (pack_b = 0) when M has at most this many mr panels.
 constexpr int64_t kInPlaceBMaxPanels = 2;
 
@@ -113,8 +106,8 @@ std::vector<ParamValues> GemmCandidates(const KernelVariant& v, const OpKey& key
   return out;
 }
 
-int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device) {
-  const double work = key.Flops() / kFlopsPerThread;
+int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device, double flops_per_thread) {
+  const double work = key.Flops() / flops_per_thread;
   const int64_t limit = std::max<int64_t>(1, std::min<double>(device.threads, std::max(1.0, work)));
   int32_t threads = 1;
   for (int32_t t : kGemmThreadValues)
@@ -122,11 +115,10 @@ int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device) {
   return threads;
 }
 
-std::vector<int32_t> LibraryThreadCandidates(const OpKey& key, const DeviceInfo& device) {
-  const int32_t fitted = ThreadsForWork(key, device);
-  std::vector<int32_t> out{fitted};
+std::vector<int32_t> LibraryThreadCandidates(const DeviceInfo& device, int32_t first) {
+  std::vector<int32_t> out{first};
   for (int32_t t : kGemmThreadValues)
-    if (t <= device.threads && t != fitted) out.push_back(t);
+    if (t <= device.threads && t != first) out.push_back(t);
   return out;
 }
 

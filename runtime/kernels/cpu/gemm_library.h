@@ -147,9 +147,8 @@ bool OpenblasPreferredDefault(const KernelVariant& v, const OpKey& key, const De
 std::vector<ParamValues> OpenblasCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 #endif
 
-// Shared by both: C = beta * C over m x n (beta == 0 writes zeros, never reads C),
-// the whole call when alpha == 0.
-// kGemmThreadValues within the device budget, ThreadsForWork (gemm_params.h) first.
-std::vector<int32_t> LibraryThreadCandidates(const OpKey& key, const DeviceInfo& device);
+// Shared by both: kGemmThreadValues within the device budget, `first` (the variant's
+// fitted threads) first.
+std::vector<int32_t> LibraryThreadCandidates(const DeviceInfo& device, int32_t first);
 
 }  // namespace cliffguard::cpu

@@ -75,10 +75,19 @@ struct GemmParamSet {
   };
 };
 
-// The threads a call of this key gets by default, for every CPU GEMM variant (own
-// and library): the largest of kGemmThreadValues within the device budget and the
-// shape's work (2 MFLOP per thread).
-int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device);
+// Work per thread below which fit_defaults does not add threads (flops), for the own
+// kernels and OpenBLAS (oneDNN: kOnednnFlopsPerThread). Measured on
+// a 2-core AVX2 host with idle library workers asleep (bench/RESULTS.md, "Threads of
+// the built-in default"): a second thread gains 1.5-1.8x from about 4 MFLOP (own
+// kernels and OpenBLAS alike) and breaks even near 0.5 MFLOP; 2 MFLOP is ~30 us on
+// one core. On a busy host a worker can wait a scheduler tick: tuned entries, which
+// are measured, decide there.
+inline constexpr double kFlopsPerThread = 2e6;
+
+// The threads a call of this key gets by default (every CPU GEMM and conv2d variant):
+// the largest of kGemmThreadValues within the device budget and the shape's work at
+// flops_per_thread per thread.
+int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device, double flops_per_thread = kFlopsPerThread);
 
 // candidates(): what the tuner measures first for a key, beside the search. Every
 // vector variant proposes its fitted default; on compute-bound keys (m of at least

@@ -62,12 +62,12 @@ Status CheckThreads(const KernelVariant& v, int32_t threads, const DeviceInfo& d
 }
 
 int32_t FittedThreads(const OpKey& key, const DeviceInfo& device) {
-  return OmpWaitsPassively() ? ThreadsForWork(key, device) : 1;
+  return OmpWaitsPassively() ? ThreadsForWork(key, device, kOnednnFlopsPerThread) : 1;
 }
 
 std::vector<int32_t> ThreadCandidates(const OpKey& key, const DeviceInfo& device) {
   std::vector<int32_t> out;
-  for (int32_t t : LibraryThreadCandidates(key, device))
+  for (int32_t t : LibraryThreadCandidates(device, FittedThreads(key, device)))
     if (t == 1 || OmpWaitsPassively()) out.push_back(t);
   return out;
 }

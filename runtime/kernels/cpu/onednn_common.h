@@ -68,8 +68,15 @@ bool OmpWaitsPassively();
 // check()'s rule on `threads`: <= device.threads (kInvalidArgument), and > 1 only
 // with passive OpenMP waiting (kFailedPrecondition); messages name the variant.
 Status CheckThreads(const KernelVariant& v, int32_t threads, const DeviceInfo& device);
-// fit_defaults()'s threads: ThreadsForWork (gemm_params.h) with passive OpenMP
-// waiting, else 1.
+// Work per thread below which a oneDNN default does not add threads (flops). With
+// passive waiting, each call that wakes the OpenMP team pays for it: measured on the
+// Intel host (bench/RESULTS.md, "oneDNN's threads in the built-in default"), 2
+// threads took 2.25x and 2.07x the time of 1 thread at 2.6 and 6.1 MFLOP, 1.35x at
+// 12.3, 1.03x at 16.8 and 0.87x at 33.6 MFLOP; the default at 25.2 MFLOP ran about 5%
+// faster on 2 threads than on 1. So 2 threads from 20 MFLOP.
+inline constexpr double kOnednnFlopsPerThread = 10e6;
+// fit_defaults()'s threads: ThreadsForWork (gemm_params.h) at kOnednnFlopsPerThread
+// with passive OpenMP waiting, else 1.
 int32_t FittedThreads(const OpKey& key, const DeviceInfo& device);
 // The thread counts CheckThreads accepts on `device`, FittedThreads first
 // (LibraryThreadCandidates, gemm_library.h, less those > 1 without passive waiting).
