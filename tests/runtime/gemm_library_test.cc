@@ -163,12 +163,14 @@ TEST(cpu_f32_gemm_onednn, ThreadsNeedPassiveOpenMpWaiting) {
   if (passive) {
     EXPECT_TRUE(st.ok()) << st.ToString();
     EXPECT_EQ(VariantDefaultSchedule(*v, key, d).params[0], 4);
-    // Waking the OpenMP team costs more than the own pool's worker: a thread per
+    // Waking the OpenMP team costs more than the own pool's worker: about a thread per
     // kOnednnFlopsPerThread of work, where the own kernels' rule gives one per 2 MFLOP.
     const OpKey small = OpKey::Gemm(160, 384, 100);  // 12.3 MFLOP
     EXPECT_EQ(VariantDefaultSchedule(*v, small, d).params[0], 1);
     EXPECT_EQ(cpu::ThreadsForWork(small, d), 4);
-    EXPECT_EQ(VariantDefaultSchedule(*v, OpKey::Gemm(128, 256, 512), d).params[0], 2);  // 33.6 MFLOP
+    EXPECT_EQ(VariantDefaultSchedule(*v, OpKey::Gemm(96, 512, 256), d).params[0], 2);  // 25.2 MFLOP, 0.5 MiB
+    // The weights count too (kOnednnWeightBytesPerThread): reading them takes time.
+    EXPECT_EQ(VariantDefaultSchedule(*v, OpKey::Gemm(16, 512, 768), d).params[0], 2);  // 12.6 MFLOP, 1.5 MiB
     EXPECT_EQ(v->candidates(*v, small, d).front()[0], 1);
   } else {
     EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);

@@ -106,13 +106,16 @@ std::vector<ParamValues> GemmCandidates(const KernelVariant& v, const OpKey& key
   return out;
 }
 
-int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device, double flops_per_thread) {
-  const double work = key.Flops() / flops_per_thread;
-  const int64_t limit = std::max<int64_t>(1, std::min<double>(device.threads, std::max(1.0, work)));
-  int32_t threads = 1;
+int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device) {
+  return ThreadsWithin(key.Flops() / kFlopsPerThread, device);
+}
+
+int32_t ThreadsWithin(double threads, const DeviceInfo& device) {
+  const int64_t limit = std::max<int64_t>(1, std::min<double>(device.threads, std::max(1.0, threads)));
+  int32_t out = 1;
   for (int32_t t : kGemmThreadValues)
-    if (t <= limit) threads = t;
-  return threads;
+    if (t <= limit) out = t;
+  return out;
 }
 
 std::vector<int32_t> LibraryThreadCandidates(const DeviceInfo& device, int32_t first) {

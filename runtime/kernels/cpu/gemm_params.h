@@ -84,10 +84,11 @@ struct GemmParamSet {
 // are measured, decide there.
 inline constexpr double kFlopsPerThread = 2e6;
 
-// The threads a call of this key gets by default (every CPU GEMM and conv2d variant):
-// the largest of kGemmThreadValues within the device budget and the shape's work at
-// flops_per_thread per thread.
-int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device, double flops_per_thread = kFlopsPerThread);
+// The largest of kGemmThreadValues within the device budget and `threads` (at least 1).
+int32_t ThreadsWithin(double threads, const DeviceInfo& device);
+// The threads a call of this key gets by default (the own GEMM, GEMV and conv2d
+// variants, and OpenBLAS): ThreadsWithin one per kFlopsPerThread of the shape's work.
+int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device);
 
 // candidates(): what the tuner measures first for a key, beside the search. Every
 // vector variant proposes its fitted default; on compute-bound keys (m of at least

@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "kernels/cpu/gemm_library.h"  // LibraryThreadCandidates
-#include "kernels/cpu/gemm_params.h"   // ThreadsForWork
+#include "kernels/cpu/gemm_params.h"   // ThreadsWithin
 
 // The OpenMP runtime oneDNN runs on (libgomp, linked beside it). Declared here
 // rather than through <omp.h>, which only some compilers ship.
@@ -62,7 +62,10 @@ Status CheckThreads(const KernelVariant& v, int32_t threads, const DeviceInfo& d
 }
 
 int32_t FittedThreads(const OpKey& key, const DeviceInfo& device) {
-  return OmpWaitsPassively() ? ThreadsForWork(key, device, kOnednnFlopsPerThread) : 1;
+  if (!OmpWaitsPassively()) return 1;
+  const double filter = double(key.dims[4]) * double(key.dims[3]) * double(key.dims[5]) * double(key.dims[6]);
+  const double weights = (key.op == OpKind::kGemm ? double(key.n()) * double(key.k()) : filter) * DTypeSize(key.dtype);
+  return ThreadsWithin(key.Flops() / kOnednnFlopsPerThread + weights / kOnednnWeightBytesPerThread, device);
 }
 
 std::vector<int32_t> ThreadCandidates(const OpKey& key, const DeviceInfo& device) {

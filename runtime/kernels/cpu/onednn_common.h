@@ -73,10 +73,17 @@ Status CheckThreads(const KernelVariant& v, int32_t threads, const DeviceInfo& d
 // Intel host (bench/RESULTS.md, "oneDNN's threads in the built-in default"), 2
 // threads took 2.25x and 2.07x the time of 1 thread at 2.6 and 6.1 MFLOP, 1.35x at
 // 12.3, 1.03x at 16.8 and 0.87x at 33.6 MFLOP; the default at 25.2 MFLOP ran about 5%
-// faster on 2 threads than on 1. So 2 threads from 20 MFLOP.
+// faster on 2 threads than on 1. So 2 threads from 20 MFLOP, less the weights' share.
 inline constexpr double kOnednnFlopsPerThread = 10e6;
-// fit_defaults()'s threads: ThreadsForWork (gemm_params.h) at kOnednnFlopsPerThread
-// with passive OpenMP waiting, else 1.
+// Bytes of weights per thread, added to the flops' share: a call also takes the time
+// of reading its weights. 16 x 768 x 768 (19 MFLOP, 2.25 MiB of weights) took 0.78x
+// the time on 2 threads, 64 x 256 x 512 (17 MFLOP, 0.5 MiB) 1.03x; the default at
+// 16 x 512 x 768 (13 MFLOP, 1.5 MiB) and 32 x 512 x 512 (17 MFLOP, 1 MiB) ran
+// 0.91-0.97x the better library on 1 thread and 1.00-1.08x on 2.
+inline constexpr double kOnednnWeightBytesPerThread = 768 << 10;
+// fit_defaults()'s threads: ThreadsWithin (gemm_params.h) of the work's flops over
+// kOnednnFlopsPerThread plus its weights' bytes over kOnednnWeightBytesPerThread,
+// with passive OpenMP waiting; else 1.
 int32_t FittedThreads(const OpKey& key, const DeviceInfo& device);
 // The thread counts CheckThreads accepts on `device`, FittedThreads first
 // (LibraryThreadCandidates, gemm_library.h, less those > 1 without passive waiting).
