@@ -45,8 +45,9 @@ struct GemmBlocking {
 // The widest n whose GEMMs prefetch the next A block's source. Measured on the Intel
 // host (bench/RESULTS.md, "the next A block's source prefetched"), same binary with
 // and without, 8x32, 14x32 and 6x64 tiles: m of 3136 to 12544 with n of 32 to 128
-// took 0.67-0.93x the time on 1 and 2 threads; at n of 256 and beyond, neutral to
-// 1.03-1.10x slower (the A lines then pace the weights' stream).
+// took 0.74-0.95x the time in median on 1 and 2 threads (rows 0.67-1.08); at n of
+// 256 and beyond, medians of 0.96-1.04 (128 x 4096 x 1024: 1.04, the A lines then
+// taking slots in the weights' stream).
 inline constexpr int64_t kNextASourceMaxN = 128;
 
 // prefetch_next is on: the GEMM family's calls with packed_b are constant weights;
