@@ -364,10 +364,12 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
 
 // Decode steps: oneDNN (weights reordered once) where the same rule holds and m is
 // at least 9 (one thread, or weights of 2^21 elements and more) or 16 (more threads,
-// smaller weights); the own kernels below, with per-call weights, for weights
-// narrower than 17 columns and for little work (m*n*k <= 2^21). Constant weights
-// with m <= 8 (AVX2: 6) and n of a vector or more run the small-m kernels on packed
-// panels, on every host with AVX2.
+// smaller weights), except that on an AVX-512 host constant weights with m of 9 to 16
+// and n of a panel or more run the packed 8x32 tile (oneDNN keeps m of 9 to 11 with
+// weights of 2^21 elements and more on one thread); the own kernels below, with
+// per-call weights, for weights narrower than 17 columns and for little work
+// (m*n*k <= 2^21). Constant weights with m <= 8 (AVX2: 6) and n of a vector or more
+// run the small-m kernels on packed panels, on every host with AVX2.
 TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
   const bool onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr;
   if (!onednn) GTEST_SKIP() << "this build has no oneDNN variant";
@@ -375,10 +377,10 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
     int64_t m, n, k;
     int min_threads, max_threads;  // the thread budgets that give it to oneDNN (0, 0: none)
   };
-  const Case cases[] = {{1, 4096, 4096, 0, 0},     {3, 4096, 4096, 0, 0},    {4, 768, 768, 0, 0},
-                        {8, 4096, 4096, 0, 0},     {4, 768, 3072, 0, 0},     {9, 4096, 4096, 1, 256},
-                        {9, 768, 768, 1, 1},       {15, 2048, 1023, 1, 1},   {16, 768, 768, 1, 256},
-                        {16, 11008, 4096, 1, 256}, {16, 16, 4096, 0, 0},     {8, 64, 64, 0, 0}};
+  const Case cases[] = {{1, 4096, 4096, 0, 0},   {3, 4096, 4096, 0, 0}, {4, 768, 768, 0, 0},
+                        {8, 4096, 4096, 0, 0},   {4, 768, 3072, 0, 0},  {9, 4096, 4096, 1, 1},
+                        {9, 768, 768, 0, 0},     {15, 2048, 1023, 0, 0}, {16, 768, 768, 0, 0},
+                        {16, 11008, 4096, 0, 0}, {16, 16, 4096, 0, 0},  {8, 64, 64, 0, 0}};
   for (const DeviceInfo& d : RuleDevices())
     for (const Case& c : cases)
       for (bool trans_b : {false, true})
@@ -397,6 +399,9 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
             EXPECT_EQ(std::string_view(s->variant->name).find("_onednn"), std::string_view::npos) << s->ToString();
             EXPECT_EQ(std::string_view(s->variant->name).find("_openblas"), std::string_view::npos) << s->ToString();
           }
+          const bool tile = constant && (d.isa & kIsaAvx512) && c.m > 8 && c.m <= 16 && c.n >= 32 && !want_onednn;
+          if (tile && FindKernelVariant("cpu_f32_gemm_8x32__avx512"))
+            EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_8x32__avx512") << s->ToString();
           const int64_t packed_max_m = (d.isa & kIsaAvx512) ? 8 : 6;  // kGemvPackedMinNv's tile in the registers
           const bool packed_panels = constant && c.m <= packed_max_m && c.n >= 16 && (d.isa & kIsaAvx2);
           EXPECT_EQ(std::string_view(s->variant->name).starts_with("cpu_f32_gemv_packed__"), packed_panels)

@@ -154,6 +154,13 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
   }
 }
 
+bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
+  if (!key.constant_weights || v.isa != kIsaAvx512 || (device.isa & kIsaAvx512) == 0) return false;
+  if (key.m() <= kGemvPackedMaxM || key.m() > kGemvMaxM || key.n() < v.config.gemm.nr) return false;
+  const bool big_weights = double(key.n()) * double(key.k()) >= double(int64_t{1} << 21);
+  return !(key.m() < kGemmSmallMTileMinM && big_weights && device.threads == 1);
+}
+
 std::span<const KernelVariant> CpuKernelVariants() {
   static constexpr auto kOwn = std::to_array<KernelVariant>({
 #define CG_GEMV(isa, name, trans_b)                                                                                \
@@ -169,7 +176,7 @@ std::span<const KernelVariant> CpuKernelVariants() {
 #define CG_KERNEL(isa, name, mr, nr)                                                                          \
   {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, GemmParamSet<mr, nr>::kSpecs, nullptr, &GemmCheck, \
    &GemmFitDefaults, {.gemm = &GemmEntry<&name##_ukernel, mr, nr>}, {.gemm = {mr, nr}}, &GemmCandidates, nullptr, \
-   &GemmPackedWeightsBytes, &GemmPackWeights},
+   &GemmPackedWeightsBytes, &GemmPackWeights, &GemmPreferredDefault},
 #include "kernels/cpu/gemm_f32.inc"
   });
   // Library variants (gemm_library.h), built when their library is found.

@@ -124,5 +124,14 @@ Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p,
 // N has fewer nr panels than threads; pack_b = 0 for short M (B is then streamed
 // once, packing it would cost more than it saves) unless B is transposed.
 void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
+// preferred_default(): constant-weights keys with m above kGemvPackedMaxM and at most
+// kGemvMaxM, and n of a panel or more, on an AVX-512 host, for its AVX-512 tiles (the
+// first in the table, 8x32, takes them), except m below kGemmSmallMTileMinM with weights of 2^21 elements and
+// more on one thread (oneDNN's there). Measured on the Intel host (bench/RESULTS.md,
+// "Constant weights with m of 9 to 16"): the fitted 8x32 on packed weights took
+// 0.33-1.00x the time of the default it replaced (the dot-product GEMV or oneDNN),
+// and 0.94-0.98x oneDNN's speed at 9 x 4096 x 4096 and 10 x 3072 x 768 on one thread.
+inline constexpr int64_t kGemmSmallMTileMinM = 12;
+bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 
 }  // namespace cliffguard::cpu
