@@ -92,7 +92,9 @@ void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInf
 // on 768 x 768 (0.69-0.92x). Up to m = kGemvPackedMaxM the own small-m kernels on
 // packed panels (cpu_f32_gemv_packed__*) stream the weights once with C in registers
 // and measured 1.05-2.3x oneDNN at m = 1 to 8 on a Zen 4 host (bench/RESULTS.md,
-// "packed panels for constant weights").
+// "packed panels for constant weights"). From m = 9 to 16 the own AVX-512 tiles take
+// the key first where GemmPreferredDefault (gemm_params.h) holds, which leaves oneDNN
+// m of 9 to 11 with large weights on one thread.
 constexpr int64_t OnednnDefaultMinM(int threads, int64_t n, int64_t k) {
   return threads == 1 || double(n) * double(k) >= double(int64_t{1} << 21) ? kGemvPackedMaxM + 1 : 16;
 }
