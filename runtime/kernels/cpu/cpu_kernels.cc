@@ -106,6 +106,11 @@ std::vector<ParamValues> GemmCandidates(const KernelVariant& v, const OpKey& key
   return out;
 }
 
+double WeightElements(const OpKey& key) {
+  if (key.op == OpKind::kGemm) return double(key.n()) * double(key.k());
+  return double(key.dims[4]) * double(key.dims[5]) * double(key.dims[6]) * double(key.dims[3]);
+}
+
 int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device) {
   return ThreadsWithin(key.Flops() / kFlopsPerThread, device);
 }
@@ -157,7 +162,7 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
 bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
   if (!key.constant_weights || v.isa != kIsaAvx512 || (device.isa & kIsaAvx512) == 0) return false;
   if (key.m() <= kGemvPackedMaxM || key.m() > kGemvMaxM || key.n() < v.config.gemm.nr) return false;
-  const bool big_weights = double(key.n()) * double(key.k()) >= double(int64_t{1} << 21);
+  const bool big_weights = WeightElements(key) >= double(kLargeWeightsElements);
   return !(key.m() < kGemmSmallMTileMinM && big_weights && device.threads == 1);
 }
 

@@ -96,7 +96,7 @@ void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInf
 // the key first where GemmPreferredDefault (gemm_params.h) holds, which leaves oneDNN
 // m of 9 to 11 with large weights on one thread.
 constexpr int64_t OnednnDefaultMinM(int threads, int64_t n, int64_t k) {
-  return threads == 1 || double(n) * double(k) >= double(int64_t{1} << 21) ? kGemvPackedMaxM + 1 : 16;
+  return threads == 1 || double(n) * double(k) >= double(kLargeWeightsElements) ? kGemvPackedMaxM + 1 : 16;
 }
 bool OnednnPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 // candidates: every (threads, reorder_b) pair check() accepts, the fitted threads

@@ -84,6 +84,11 @@ struct GemmParamSet {
 // are measured, decide there.
 inline constexpr double kFlopsPerThread = 2e6;
 
+// Elements of the op's weights (gemm: k x n; conv2d: the filter, oc x kh x kw x ic),
+// and the count from which the CPU default rules treat them as large (8 MiB of f32).
+double WeightElements(const OpKey& key);
+inline constexpr int64_t kLargeWeightsElements = int64_t{1} << 21;
+
 // The largest of kGemmThreadValues within the device budget and `threads` (at least 1).
 int32_t ThreadsWithin(double threads, const DeviceInfo& device);
 // The threads a call of this key gets by default (the own GEMM, GEMV and conv2d

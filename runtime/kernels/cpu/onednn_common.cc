@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "kernels/cpu/gemm_library.h"  // LibraryThreadCandidates
-#include "kernels/cpu/gemm_params.h"   // ThreadsWithin
+#include "kernels/cpu/gemm_params.h"   // ThreadsWithin, WeightElements
 
 // The OpenMP runtime oneDNN runs on (libgomp, linked beside it). Declared here
 // rather than through <omp.h>, which only some compilers ship.
@@ -63,8 +63,7 @@ Status CheckThreads(const KernelVariant& v, int32_t threads, const DeviceInfo& d
 
 int32_t FittedThreads(const OpKey& key, const DeviceInfo& device) {
   if (!OmpWaitsPassively()) return 1;
-  const double filter = double(key.dims[4]) * double(key.dims[3]) * double(key.dims[5]) * double(key.dims[6]);
-  const double weights = (key.op == OpKind::kGemm ? double(key.n()) * double(key.k()) : filter) * DTypeSize(key.dtype);
+  const double weights = WeightElements(key) * double(DTypeSize(key.dtype));
   return ThreadsWithin(key.Flops() / kOnednnFlopsPerThread + weights / kOnednnWeightBytesPerThread, device);
 }
 
