@@ -13,7 +13,11 @@ float* AllocateWeights(size_t bytes) {
   void* p = nullptr;
   if (posix_memalign(&p, kHugePageBytes, rounded) != 0) return nullptr;
   // Advice only: where THP is off, or the range cannot take it, the pages stay base pages.
-  (void)madvise(p, bytes / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE);
+  const size_t huge = bytes / kHugePageBytes * kHugePageBytes;
+  (void)madvise(p, huge, MADV_HUGEPAGE);
+  // Heap memory that earlier blocks touched keeps its base pages under the advice; dropping
+  // them lets the first write fault the range in afresh, in huge pages.
+  (void)madvise(p, huge, MADV_DONTNEED);
   return static_cast<float*>(p);
 }
 

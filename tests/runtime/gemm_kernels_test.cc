@@ -2,7 +2,12 @@
 // runtime/kernels/cpu/gemm_f32.inc, named like the variant (STYLE H1/H2); suites
 // skip on hosts without the variant's ISA (STYLE H5).
 
+#include <malloc.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -746,6 +751,35 @@ TEST(WeightsMemory, HugePageAlignedAndAdvisedFromTwoMiB) {
   EXPECT_EQ(head, 1) << "the whole huge pages of the weights are not advised";
   EXPECT_EQ(ThpEligible(base + 2 * kHugePageBytes - 64), 1);
   if (mode == "madvise") EXPECT_EQ(tail, 0) << "the short tail was advised as well";
+}
+
+// Weights in memory the heap hands back after another block wrote it: once glibc has
+// raised its mmap and trim thresholds (it does so itself when a large block is freed),
+// such a block comes from the heap with its pages still resident in base pages, and
+// advice alone left them so. The whole huge pages must be unpopulated until written,
+// so that the first write faults them in as huge pages.
+TEST(WeightsMemory, ReusedHeapMemoryIsFaultedInAfresh) {
+#ifndef __GLIBC__
+  GTEST_SKIP() << "the heap's thresholds are set through glibc's mallopt";
+#else
+  const size_t bytes = 4 * kHugePageBytes, page = size_t(sysconf(_SC_PAGESIZE));
+  ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 32 << 20), 1);
+  ASSERT_EQ(mallopt(M_TRIM_THRESHOLD, 64 << 20), 1);
+  void* touched = std::malloc(bytes + 2 * kHugePageBytes);
+  ASSERT_NE(touched, nullptr);
+  std::memset(touched, 1, bytes + 2 * kHugePageBytes);
+  asm volatile("" : : "r"(touched) : "memory");  // the writes are not dead stores
+  std::free(touched);
+  std::unique_ptr<float, decltype(&std::free)> w(AllocateWeights(bytes), &std::free);
+  (void)mallopt(M_MMAP_THRESHOLD, 128 << 10);  // glibc's defaults
+  (void)mallopt(M_TRIM_THRESHOLD, 128 << 10);
+  ASSERT_NE(w, nullptr);
+  std::vector<unsigned char> resident(bytes / page);
+  ASSERT_EQ(mincore(w.get(), bytes, resident.data()), 0) << std::strerror(errno);
+  EXPECT_EQ(std::count_if(resident.begin(), resident.end(), [](unsigned char r) { return r & 1; }), 0)
+      << "pages of the weights were resident before their first write";
+  std::memset(w.get(), 2, bytes);  // all of it writable
+#endif
 }
 
 }  // namespace

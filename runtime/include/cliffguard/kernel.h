@@ -198,7 +198,10 @@ using PackWeightsFn = Status (*)(const KernelVariant& self, const OpKey& key, co
 // std::free; nullptr when out of memory): 64-byte aligned, and from kHugePageBytes up
 // aligned to a huge page with its whole huge pages advised for transparent huge
 // pages (madvise MADV_HUGEPAGE: taken where the system's THP mode is "madvise" or
-// "always"; a short tail stays in base pages). A weights stream then misses the TLB
+// "always"; a short tail stays in base pages). Those pages are also dropped (MADV_DONTNEED),
+// so that memory the heap hands back after other blocks touched it is faulted in afresh:
+// once glibc had raised its mmap threshold, such blocks kept their base pages and the
+// small-m kernels read them 1.1-1.2x slower. A weights stream then misses the TLB
 // once per 2 MiB instead of once per 4 KiB: the small-m kernels read m = 2..8 panels
 // 1.06-1.34x faster under KVM (bench/RESULTS.md, "... weights in huge pages"). The tuner
 // allocates its copies of the weights with it, so that it times them as plans hold them.
