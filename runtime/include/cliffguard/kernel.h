@@ -200,8 +200,9 @@ using PackWeightsFn = Status (*)(const KernelVariant& self, const OpKey& key, co
 // pages (madvise MADV_HUGEPAGE: taken where the system's THP mode is "madvise" or
 // "always"; a short tail stays in base pages). Those pages are also dropped (MADV_DONTNEED),
 // so that memory the heap hands back after other blocks touched it is faulted in afresh:
-// once glibc had raised its mmap threshold, such blocks kept their base pages and the
-// small-m kernels read them 1.1-1.2x slower. A weights stream then misses the TLB
+// once glibc had raised its mmap threshold, such blocks kept their base pages, and the
+// decode default ran 1.06-1.16x slower in a full serving run (bench/RESULTS.md, "...
+// weights the heap hands back"). A weights stream then misses the TLB
 // once per 2 MiB instead of once per 4 KiB: the small-m kernels read m = 2..8 panels
 // 1.06-1.34x faster under KVM (bench/RESULTS.md, "... weights in huge pages"). The tuner
 // allocates its copies of the weights with it, so that it times them as plans hold them.
