@@ -277,7 +277,27 @@ void GemvAlphaBetaAndBlocks(const KernelVariant& v) {
     }
 }
 
+// A small-m default takes a thread per kGemvBytesPerThread of B (a second one from
+// 128 KiB), within the budget.
+void GemvDefaultThreads(const KernelVariant& v, bool constant_weights) {
+  const bool tb = GemvTransB(v) || constant_weights;
+  DeviceInfo d = Host();
+  d.threads = 8;
+  const auto threads = [&](int64_t n, int64_t k) {
+    OpKey key = OpKey::Gemm(1, n, k, false, tb);
+    key.constant_weights = constant_weights;
+    return VariantDefaultSchedule(v, key, d).params[cpu::kGemvThreads];
+  };
+  EXPECT_EQ(threads(128, 128), 1);   // 64 KiB
+  EXPECT_EQ(threads(256, 128), 2);   // 128 KiB
+  EXPECT_EQ(threads(512, 256), 8);   // 512 KiB
+  EXPECT_EQ(threads(4096, 64), 8);   // 1 MiB: 16 by the bytes, 8 by the budget
+  d.threads = 2;
+  EXPECT_EQ(threads(4096, 64), 2);
+}
+
 void GemvDefaults(const KernelVariant& v) {
+  GemvDefaultThreads(v, false);
   const bool tb = GemvTransB(v);
   for (const auto& sh : ShapesFromData()) {
     if (sh.m > cpu::GemvMaxM(tb)) continue;
@@ -368,6 +388,7 @@ void GemvPackedAlphaBeta(const KernelVariant& v) {
 // a tile over the registers is refused naming nv, m and the register count; the
 // fitted default passes check() on every budget and runs.
 void GemvPackedRules(const KernelVariant& v) {
+  GemvDefaultThreads(v, true);
   OpKey key = OpKey::Gemm(4, 768, 768, false, true);
   EXPECT_EQ(VariantSupports(v, key, Host()).code(), StatusCode::kUnimplemented);
   key.constant_weights = true;

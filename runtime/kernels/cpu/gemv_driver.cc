@@ -35,14 +35,9 @@ void RunRange(void* ctx, int tid, int nt) {
   if (t.j0 < t.j1) job.rows(t);
 }
 
-// Threads for a small-m key: each streams at least 1 MiB of B, within the budget.
+// Threads for a small-m key: each streams at least kGemvBytesPerThread of B, within the budget.
 int32_t GemvThreads(const OpKey& key, const DeviceInfo& device) {
-  const double b_bytes = 4.0 * double(key.n()) * double(key.k());
-  const int64_t limit = std::max<int64_t>(1, std::min<double>(device.threads, b_bytes / double(1 << 20)));
-  int32_t threads = 1;
-  for (int32_t t : kGemmThreadValues)
-    if (t <= limit) threads = t;
-  return threads;
+  return ThreadsWithin(4.0 * double(key.n()) * double(key.k()) / kGemvBytesPerThread, device);
 }
 
 int VectorRegs(const KernelVariant& v) { return (v.isa & kIsaAvx512) ? 32 : 16; }

@@ -58,12 +58,19 @@ constexpr int32_t GemvPackedDefaultPrefetch(bool intel, int64_t m) { return inte
 // kernels on AVX2 at m = 8 (bench/RESULTS.md). So AVX2 runs m <= 6, AVX-512 m <= 8.
 inline constexpr int32_t kGemvPackedMinNv = 2;
 
+// The bytes of B each thread of a small-m default streams at least (fit_defaults), so
+// that a second thread starts at 128 KiB. On the 2-core Xeon, with the weights from
+// memory, a second thread took 1.61-2.07x less time from 256 KiB to 1 MiB of weights,
+// 1.37-1.45x at 128 KiB and 1.07x at 64 KiB (bench/RESULTS.md, "... shapes never tuned
+// before"); the rule was 1 MiB before.
+inline constexpr double kGemvBytesPerThread = 64 << 10;
+
 // check(): threads <= device.threads.
 Status GemvCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
 // supports(): m <= GemvMaxM(kTransB) and B in the variant's layout (kTransB: B stored n x k).
 template <bool kTransB>
 Status GemvSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
-// fit_defaults(): threads from the bytes of B (each thread streams at least 1 MiB);
+// fit_defaults(): threads from the bytes of B (each thread streams at least kGemvBytesPerThread);
 // nt: nj from m and the registers (one pass over B for m <= 4, 8 accumulators or more); nn: nb, the widest block whose m rows
 // of C fit in 16 KiB.
 template <bool kTransB>
@@ -82,7 +89,7 @@ Status GemvPackedSupports(const KernelVariant& v, const OpKey& key, const Device
 // only for m <= 2).
 Status GemvPackedCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
 // fit_defaults(): threads as the other small-m variants (each thread streams at
-// least 1 MiB of B); nv the widest whose tile fits and that n fills (at most 2
+// least kGemvBytesPerThread of B); nv the widest whose tile fits and that n fills (at most 2
 // above kGemvPackedWideMaxM); prefetch
 // GemvPackedDefaultPrefetch of the device's vendor and the key's m.
 void GemvPackedFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
