@@ -570,6 +570,22 @@ TEST(CpuGemmTable, DefaultScheduleResolvesAndRuns) {
 // host's widest ISA also the deep-k blocking, and those of a narrower ISA nothing;
 // the portable variant nothing. An AVX-512 host with 2 MiB of L2 (the rule reads
 // the device, not this machine).
+// The own tiles' threads on keys with m <= kGemvMaxM: at least the small-m variants'
+// (a thread per kGemvBytesPerThread of weights); above, the work alone decides.
+TEST(CpuGemmTable, DecodeSizeKeysThreadByTheirWeights) {
+  CG_REQUIRE_VARIANT(v, "cpu_f32_gemm_6x16__avx2");
+  DeviceInfo d = Host();
+  d.threads = 8;
+  const auto threads = [&](int64_t m, int64_t n, int64_t k) {
+    return VariantDefaultSchedule(*v, OpKey::Gemm(m, n, k), d).params[cpu::kParamThreads];
+  };
+  EXPECT_EQ(threads(16, 256, 128), 2);  // 1 MFLOP, 128 KiB of weights
+  EXPECT_EQ(threads(16, 512, 256), 8);  // 4.2 MFLOP, 512 KiB
+  EXPECT_EQ(threads(16, 64, 64), 1);    // 16 KiB
+  EXPECT_EQ(threads(17, 256, 128), 1);  // 1.1 MFLOP: the work alone
+  EXPECT_EQ(threads(17, 512, 256), 2);  // 4.5 MFLOP
+}
+
 TEST(CpuGemmTable, OwnVariantsProposeFittedThenDeepK) {
   DeviceInfo d = Host();
   d.isa = kIsaScalar | kIsaAvx2 | kIsaAvx512;

@@ -147,7 +147,8 @@ Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p,
 }
 
 void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
-  const int32_t threads = ThreadsForWork(key, device);
+  const double stream_threads = key.m() <= kGemvMaxM ? 4 * WeightElements(key) / kGemvBytesPerThread : 0;
+  const int32_t threads = std::max(ThreadsForWork(key, device), ThreadsWithin(stream_threads, device));
   p[kParamThreads] = threads;
   const GemmConfig& tile = v.config.gemm;
   const int64_t n_panels = (key.n() + tile.nr - 1) / tile.nr, m_panels = (key.m() + tile.mr - 1) / tile.mr;
