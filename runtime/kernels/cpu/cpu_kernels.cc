@@ -147,8 +147,7 @@ Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p,
 }
 
 void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
-  const double stream_threads = key.m() <= kGemvMaxM ? 4 * WeightElements(key) / kGemvBytesPerThread : 0;
-  const int32_t threads = std::max(ThreadsForWork(key, device), ThreadsWithin(stream_threads, device));
+  const int32_t threads = std::max(ThreadsForWork(key, device), key.m() <= kGemvMaxM ? GemvThreads(key, device) : 1);
   p[kParamThreads] = threads;
   const GemmConfig& tile = v.config.gemm;
   const int64_t n_panels = (key.n() + tile.nr - 1) / tile.nr, m_panels = (key.m() + tile.mr - 1) / tile.mr;

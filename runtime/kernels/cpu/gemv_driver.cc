@@ -35,11 +35,6 @@ void RunRange(void* ctx, int tid, int nt) {
   if (t.j0 < t.j1) job.rows(t);
 }
 
-// Threads for a small-m key: each streams at least kGemvBytesPerThread of B, within the budget.
-int32_t GemvThreads(const OpKey& key, const DeviceInfo& device) {
-  return ThreadsWithin(4.0 * double(key.n()) * double(key.k()) / kGemvBytesPerThread, device);
-}
-
 int VectorRegs(const KernelVariant& v) { return (v.isa & kIsaAvx512) ? 32 : 16; }
 
 // A gathered into rows when it is stored transposed (m <= 16, cheap next to B); the
@@ -75,6 +70,10 @@ void RunJob(Job& job, int32_t threads) {
 }
 
 }  // namespace
+
+int32_t GemvThreads(const OpKey& key, const DeviceInfo& device) {
+  return ThreadsWithin(4.0 * double(key.n()) * double(key.k()) / kGemvBytesPerThread, device);
+}
 
 Status GemvCheck(const KernelVariant& v, const OpKey&, const ParamValues& p, const DeviceInfo& device) {
   if (p[kGemvThreads] > device.threads)

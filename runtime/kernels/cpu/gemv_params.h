@@ -64,6 +64,8 @@ inline constexpr int32_t kGemvPackedMinNv = 2;
 // 1.37-1.45x at 128 KiB and 1.07x at 64 KiB (bench/RESULTS.md, "... shapes never tuned
 // before"); the rule was 1 MiB before.
 inline constexpr double kGemvBytesPerThread = 64 << 10;
+// Threads for a small-m key: each streams at least kGemvBytesPerThread of B, within the budget.
+int32_t GemvThreads(const OpKey& key, const DeviceInfo& device);
 
 // check(): threads <= device.threads.
 Status GemvCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
