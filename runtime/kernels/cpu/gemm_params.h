@@ -128,7 +128,7 @@ Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p,
 // fit_defaults(): threads from the shape's work and the device budget, and for keys
 // with m <= kGemvMaxM at least as many as the small-m variants take for streaming the
 // weights (kGemvBytesPerThread: a second thread took 1.30-1.88x less time at m = 10-16
-// from 128 KiB of weights, bench/RESULTS.md); par = 1 when
+// from 128 KiB of weights; bench/RESULTS.md, "... shapes never tuned before"); par = 1 when
 // N has fewer nr panels than threads; pack_b = 0 for short M (B is then streamed
 // once, packing it would cost more than it saves) unless B is transposed.
 void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);

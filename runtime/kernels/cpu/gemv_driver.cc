@@ -72,7 +72,7 @@ void RunJob(Job& job, int32_t threads) {
 }  // namespace
 
 int32_t GemvThreads(const OpKey& key, const DeviceInfo& device) {
-  return ThreadsWithin(4.0 * double(key.n()) * double(key.k()) / kGemvBytesPerThread, device);
+  return ThreadsWithin(WeightElements(key) * double(DTypeSize(key.dtype)) / kGemvBytesPerThread, device);
 }
 
 Status GemvCheck(const KernelVariant& v, const OpKey&, const ParamValues& p, const DeviceInfo& device) {
