@@ -5,6 +5,7 @@
 // libdnnl-dev / libopenblas-dev not found at configure time).
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -324,12 +325,25 @@ TEST(CpuGemmTable, LibraryVariantsSitBeforeTheReference) {
     }
 }
 
-// The host, the host with one thread, and the host seen as AVX2-only: the devices
-// the built-in default rules are checked on.
+// The host, the host with one thread, and the host seen as AVX2-only, each as an
+// Intel and as an AMD CPU: the devices the built-in default rules are checked on.
 std::vector<DeviceInfo> RuleDevices() {
-  std::vector<DeviceInfo> devices{Host(), HostCpuDevice(1), Host()};
-  devices.back().isa &= ~uint32_t{kIsaAvx512};
+  std::vector<DeviceInfo> base{Host(), HostCpuDevice(1), Host()};
+  base.back().isa &= ~uint32_t{kIsaAvx512};
+  std::vector<DeviceInfo> devices;
+  for (const char* vendor : {"GenuineIntel", "AuthenticAMD"})
+    for (DeviceInfo d : base) {
+      d.vendor = vendor;
+      devices.push_back(d);
+    }
   return devices;
+}
+
+// The own tiles' share of the large class (GemmWideDefault): constant weights, m
+// above 16, n of 512 or more, on an Intel AVX-512 host.
+bool WideRuleHolds(const OpKey& key, const DeviceInfo& d) {
+  return key.constant_weights && (d.isa & kIsaAvx512) && d.vendor == "GenuineIntel" && key.m() > 16 &&
+         key.n() >= 512;
 }
 
 // oneDNN's device and weights condition: constant weights, AVX-512, and the thread
@@ -338,28 +352,38 @@ bool OnednnRuleHolds(const OpKey& key, const DeviceInfo& d) {
   return key.constant_weights && (d.isa & kIsaAvx512) && (d.threads == 1 || testing::OmpWaitsPassively());
 }
 
-// The measured rule for large keys (cpu_kernels.cc, gemm_library.h): oneDNN's matmul
-// with its weights reordered once for constant-weights keys on an AVX-512 host where
-// it may use the thread budget; OpenBLAS for every other large key. Checked on the
-// host and on the same host seen as AVX2-only and with one thread.
+// The measured rule for large keys (cpu_kernels.cc, gemm_params.h, gemm_library.h):
+// the own 8x32 tile for wide constant-weights keys on an Intel AVX-512 host; else
+// oneDNN's matmul with its weights reordered once for constant-weights keys on an
+// AVX-512 host where it may use the thread budget; OpenBLAS for every other large
+// key. Checked on the host, the same host seen as AVX2-only and with one thread, each
+// as an Intel and as an AMD CPU, on wide and narrow keys.
 TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
   const bool onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr;
   const bool openblas = FindKernelVariant("cpu_f32_gemm_openblas") != nullptr;
   if (!onednn && !openblas) GTEST_SKIP() << "this build has no library variants";
+  const std::array<int64_t, 3> shapes[] = {{128, 768, 768}, {17, 512, 4096}, {2048, 4096, 1024}, {3136, 511, 64},
+                                           {196, 256, 2304}};
   for (const DeviceInfo& d : RuleDevices())
-    for (int t = 0; t < 8; ++t) {
-      OpKey key = OpKey::Gemm(128, 768, 768, t & 1, (t >> 1) & 1);
-      key.constant_weights = (t >> 2) != 0;
-      ASSERT_EQ(ShapeClassOf(key), ShapeClass::kLarge);
-      auto s = DefaultSchedule(key, d);
-      ASSERT_TRUE(s.ok());
-      const bool want_onednn = onednn && OnednnRuleHolds(key, d);
-      const char* want = want_onednn ? "cpu_f32_gemm_onednn" : openblas ? "cpu_f32_gemm_openblas" : nullptr;
-      if (!want) continue;  // oneDNN only, and not preferred here: the own kernels
-      SCOPED_TRACE(fmt::format("{} on {} (isa {}, {} threads)", key.ToString(), d.fingerprint, d.isa, d.threads));
-      EXPECT_STREQ(s->variant->name, want) << s->ToString();
-      if (want_onednn) EXPECT_EQ(s->params[s->variant->ParamIndex("reorder_b")], 1) << s->ToString();
-    }
+    for (const auto& [m, n, k] : shapes)
+      for (int t = 0; t < 8; ++t) {
+        OpKey key = OpKey::Gemm(m, n, k, t & 1, (t >> 1) & 1);
+        key.constant_weights = (t >> 2) != 0;
+        ASSERT_EQ(ShapeClassOf(key), ShapeClass::kLarge) << key.ToString();
+        auto s = DefaultSchedule(key, d);
+        ASSERT_TRUE(s.ok());
+        SCOPED_TRACE(fmt::format("{} on {} {} (isa {}, {} threads)", key.ToString(), d.vendor, d.fingerprint, d.isa,
+                                 d.threads));
+        if (WideRuleHolds(key, d)) {
+          EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_8x32__avx512") << s->ToString();
+          continue;
+        }
+        const bool want_onednn = onednn && OnednnRuleHolds(key, d);
+        const char* want = want_onednn ? "cpu_f32_gemm_onednn" : openblas ? "cpu_f32_gemm_openblas" : nullptr;
+        if (!want) continue;  // oneDNN only, and not preferred here: the own kernels
+        EXPECT_STREQ(s->variant->name, want) << s->ToString();
+        if (want_onednn) EXPECT_EQ(s->params[s->variant->ParamIndex("reorder_b")], 1) << s->ToString();
+      }
 }
 
 // Decode steps: oneDNN (weights reordered once) where the same rule holds and m is

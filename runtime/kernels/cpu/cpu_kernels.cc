@@ -159,8 +159,14 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
   }
 }
 
+bool GemmWideDefault(const OpKey& key, const DeviceInfo& device) {
+  return key.constant_weights && (device.isa & kIsaAvx512) && device.vendor == "GenuineIntel" &&
+         key.m() > kGemvMaxM && key.n() >= kGemmWideDefaultMinN;
+}
+
 bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
   if (!key.constant_weights || v.isa != kIsaAvx512 || (device.isa & kIsaAvx512) == 0) return false;
+  if (GemmWideDefault(key, device)) return true;
   if (key.m() <= kGemvPackedMaxM || key.m() > kGemvMaxM || key.n() < v.config.gemm.nr) return false;
   const bool big_weights = WeightElements(key) >= double(kLargeWeightsElements);
   return !(key.m() < kGemmSmallMTileMinM && big_weights && device.threads == 1);

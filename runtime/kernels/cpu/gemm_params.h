@@ -132,14 +132,27 @@ Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p,
 // N has fewer nr panels than threads; pack_b = 0 for short M (B is then streamed
 // once, packing it would cost more than it saves) unless B is transposed.
 void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
-// preferred_default(): constant-weights keys with m above kGemvPackedMaxM and at most
-// kGemvMaxM, and n of a panel or more, on an AVX-512 host, for its AVX-512 tiles (the
-// first in the table, 8x32, takes them), except m below kGemmSmallMTileMinM with weights of 2^21 elements and
-// more on one thread (oneDNN's there). Measured on the Intel host (bench/RESULTS.md,
-// "Constant weights with m of 9 to 16"): the fitted 8x32 on packed weights took
-// 0.33-1.00x the time of the default it replaced (the dot-product GEMV or oneDNN),
-// and 0.94-0.98x oneDNN's speed at 9 x 4096 x 4096 and 10 x 3072 x 768 on one thread.
+// preferred_default(): for the AVX-512 tiles of an AVX-512 host (the first in the
+// table, 8x32, takes them), constant-weights keys
+// - with m above kGemvPackedMaxM and at most kGemvMaxM, and n of a panel or more,
+//   except m below kGemmSmallMTileMinM with weights of 2^21 elements and more on one
+//   thread (oneDNN's there). Measured on the Intel host (bench/RESULTS.md, "Constant
+//   weights with m of 9 to 16"): the fitted 8x32 on packed weights took 0.33-1.00x the
+//   time of the default it replaced (the dot-product GEMV or oneDNN), and 0.94-0.98x
+//   oneDNN's speed at 9 x 4096 x 4096 and 10 x 3072 x 768 on one thread;
+// - and the wide ones above kGemvMaxM on an Intel host (GemmWideDefault).
 inline constexpr int64_t kGemmSmallMTileMinM = 12;
 bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
+// Constant-weights keys with m above kGemvMaxM and n of at least kGemmWideDefaultMinN,
+// on an Intel AVX-512 host: the own tiles' default, ahead of oneDNN's matmul. The
+// fitted 8x32 on packed weights against oneDNN (weights reordered once), paired, on
+// the BERT, 7B and ResNet-50 serving shapes with n >= 512 (m of 32 to 384), both
+// layouts, 1 and 2 threads (bench/RESULTS.md, "the own fitted default against
+// oneDNN"): on the Intel Xeon 0.99-1.34x oneDNN's speed, 65 of 68 rows above 1.0; on
+// AMD Zen 4 (AVX-512 on 256-bit units) 0.94-1.16x, 18 of 68, where oneDNN stays the
+// default. ResNet-50's narrower layers (n of 64 to 256) ran at 0.49-0.96x on the Intel
+// host and keep oneDNN.
+inline constexpr int64_t kGemmWideDefaultMinN = 512;
+bool GemmWideDefault(const OpKey& key, const DeviceInfo& device);
 
 }  // namespace cliffguard::cpu
