@@ -321,8 +321,9 @@ TEST(TuneBucketTest, ABucketSlowerThanAnEndsDefaultBeyondTheNoiseIsRefused) {
     bool ships;
   } cases[] = {
       {60, {}, false},    // the default 17% faster in every round
-      {50.9, {}, true},   // 1.8%: not beyond confirm_min_gain (2%)
-      {51.5, {}, false},  // 2.9%
+      {50.9, {}, true},   // 1.8%: not beyond confirm_min_gain (3%)
+      {51.5, {}, true},   // 2.9%: nor this
+      {52, {}, false},    // 3.8%
       {60, {60, 60, 60, 60, 40, 40}, true},  // the default faster in 4 of 6 rounds only: within the noise
   };
   for (const Case& c : cases) {

@@ -378,8 +378,9 @@ TEST(TunerTest, TheConfirmationShipsTheDefaultUnlessTheWinnerIsFasterBeyondNoise
     bool default_ships;
   };
   const Case cases[] = {
-      {{104, 104, 104, 104, 104, 104}, false},  // 2.8% faster in every round
-      {{106, 106, 106, 106, 106, 106}, true},   // 0.9%: not beyond confirm_min_gain (2%)
+      {{103, 103, 103, 103, 103, 103}, false},  // 3.7% faster in every round
+      {{104, 104, 104, 104, 104, 104}, true},   // 2.8%: not beyond confirm_min_gain (3%)
+      {{106, 106, 106, 106, 106, 106}, true},   // 0.9%
       {{90, 90, 90, 90, 90, 200}, false},       // one slow round does not decide
       {{90, 90, 90, 90, 200, 200}, true},       // faster in 4 of 6 rounds only
       {{110, 110, 110, 110, 110, 110}, true},   // slower
