@@ -76,7 +76,7 @@ const std::vector<std::string>& ReplicaFiles() {
       }
       r.calls = r.hits + r.misses;
       RankMissRecords(r);
-      r.recommended_buckets = RecommendBuckets(r.records, r.expected_speedup);
+      r.recommended_buckets = RecommendBuckets(r.records);
       const std::string path = fmt::format("{}/replica{:03d}.json", Dir(), i);
       const std::string json = MissReportToJson(r) + "\n";
       if (!WriteFileAtomic(path, {reinterpret_cast<const uint8_t*>(json.data()), json.size()}).ok()) std::abort();

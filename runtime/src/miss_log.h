@@ -313,7 +313,7 @@ struct MissReportBuffers {
 MissRankKey RankKeyOf(const MissRow& row, uint32_t index);
 void RankMissRows(std::vector<MissRow>& rows, std::vector<MissRow>& unranked, std::vector<MissRankKey>& keys);
 std::vector<BucketTraffic> BucketTrafficOf(std::span<const MissRow> ranked);
-std::vector<BucketRecommendation> RecommendBuckets(std::span<const MissRow> ranked, double expected_speedup);
+std::vector<BucketRecommendation> RecommendBuckets(std::span<const MissRow> ranked);
 // A report file's text into `out` (its memory reused): MissReportToJson of `head` with
 // `ranked` as its records, and a newline.
 void MissReportFileText(const MissReport& head, std::span<const MissRow> ranked, std::string& out);

@@ -107,7 +107,7 @@ void SortRankKeys(RecordAt&& rec, std::vector<MissRankKey>& keys) {
 }
 
 template <typename Records>
-std::vector<BucketRecommendation> RecommendBucketsOf(const Records& records, double expected_speedup) {
+std::vector<BucketRecommendation> RecommendBucketsOf(const Records& records) {
   using Family = decltype(FamilyOf(records[0]));
   // Per family and j, the range (2^(j-1), 2^j] of the varying dimension.
   struct Range {
@@ -156,6 +156,7 @@ std::vector<BucketRecommendation> RecommendBucketsOf(const Records& records, dou
     ++b.keys;
     b.calls += calls;
     b.default_us_total += us;
+    b.expected_gain_us += m.expected_gain_us;
     if (us > r.rep_us) {
       r.rep_us = us;
       b.key = KeyOf(m);
@@ -168,10 +169,7 @@ std::vector<BucketRecommendation> RecommendBucketsOf(const Records& records, dou
   });
   std::vector<BucketRecommendation> out;
   out.reserve(ranges.size());
-  for (Range& r : ranges) {
-    r.rec.expected_gain_us = r.rec.default_us_total * (1.0 - 1.0 / std::max(1.0, expected_speedup));
-    out.push_back(r.rec);
-  }
+  for (Range& r : ranges) out.push_back(r.rec);
   std::stable_sort(out.begin(), out.end(), [](const BucketRecommendation& a, const BucketRecommendation& b) {
     if (a.expected_gain_us != b.expected_gain_us) return a.expected_gain_us > b.expected_gain_us;
     return a.default_us_total > b.default_us_total;
@@ -206,12 +204,10 @@ std::vector<BucketTraffic> BucketTrafficOfRecords(const Records& records) {
 
 }  // namespace
 
-std::vector<BucketRecommendation> RecommendBuckets(const std::vector<MissRecord>& records, double expected_speedup) {
-  return RecommendBucketsOf(records, expected_speedup);
+std::vector<BucketRecommendation> RecommendBuckets(const std::vector<MissRecord>& records) {
+  return RecommendBucketsOf(records);
 }
-std::vector<BucketRecommendation> RecommendBuckets(std::span<const MissRow> ranked, double expected_speedup) {
-  return RecommendBucketsOf(ranked, expected_speedup);
-}
+std::vector<BucketRecommendation> RecommendBuckets(std::span<const MissRow> ranked) { return RecommendBucketsOf(ranked); }
 
 void RankMissRecords(MissReport& report) {
   std::vector<MissRecord>& recs = report.records;
@@ -422,7 +418,7 @@ StatusOr<MissReport> MissReportMerger::Finish() const {
   }
   RankMissRecords(out);
   out.buckets = BucketTrafficOf(out.records);
-  out.recommended_buckets = RecommendBuckets(out.records, out.expected_speedup);
+  out.recommended_buckets = RecommendBuckets(out.records);
   return out;
 }
 

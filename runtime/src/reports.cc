@@ -124,7 +124,7 @@ void Gather(Runtime::Impl& r, MissReport& rep, MissReportBuffers& b) {
   for (const MissRow& m : b.rows)  // in rank order, as a reader of the report sums them
     for (int i = 0; i < kNumServedBy; ++i) rep.served_us[i] += m.served_us[i];
   rep.buckets = BucketTrafficOf(b.rows);
-  rep.recommended_buckets = RecommendBuckets(b.rows, rep.expected_speedup);
+  rep.recommended_buckets = RecommendBuckets(b.rows);
 }
 
 }  // namespace

@@ -126,7 +126,7 @@ inline void FuzzMissReport(const uint8_t* data, size_t size) {
   auto report = MissReportFromJson(std::string_view(reinterpret_cast<const char*>(data), size));
   if (!report.ok()) return;
   RankMissRecords(*report);
-  for (const auto& b : RecommendBuckets(report->records, report->expected_speedup))
+  for (const auto& b : RecommendBuckets(report->records))
     CG_FUZZ_CHECK(b.lo >= 1 && b.lo <= b.key.dims[kVaryingDim] && b.key.dims[kVaryingDim] <= b.hi);
   auto back = MissReportFromJson(MissReportToJson(*report));
   CG_FUZZ_CHECK(back.ok());

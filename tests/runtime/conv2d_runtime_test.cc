@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "cliffguard/bundle.h"
+#include "cliffguard/miss_report.h"
 #include "cliffguard/runtime.h"
 #include "runtime/conv2d_tester.h"
 #include "runtime/test_bundles.h"
@@ -94,6 +95,42 @@ TEST(Conv2dRuntimeTest, PerCallHitsAndMissesAreCorrectAndCounted) {
   EXPECT_EQ(report.records[0].kind, MissKind::kShapeMiss);
   EXPECT_EQ(report.records[0].count, 2u);
   EXPECT_GT(report.records[0].fallback_us_total, 0.0);
+}
+
+// Each op's misses are priced by its own op's entries, in the records and in the
+// recommended buckets alike: here conv2d's entry measured 3x its default, gemm's 1x.
+TEST(Conv2dRuntimeTest, EachOpsMissesArePricedByItsOwnOpsEntries) {
+  RuntimeOptions o;
+  o.warn_on_miss = false;
+  auto rt = Runtime::Create(o);
+  ASSERT_TRUE(rt.ok());
+  const OpKey gemm_tuned = OpKey::Gemm(64, 48, 32), gemm_missed = OpKey::Gemm(24, 48, 32);
+  BundleSpec spec = testing::HostBundle((*rt)->device(), {kTuned}, 10, 30);
+  spec.entries.push_back(testing::HostBundle((*rt)->device(), {gemm_tuned}, 10, 10).entries[0]);
+  ASSERT_TRUE((*rt)->LoadBundleBuffer(SerializeBundle(spec), "mixed.cgb").ok());
+  ConvProblem conv(kUntuned);
+  testing::Problem gemm(gemm_missed);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE((*rt)->Conv2d(conv.Args()).ok());
+    ASSERT_TRUE((*rt)->Gemm(gemm.args).ok());
+  }
+  const MissReport rep = (*rt)->GetMissReport();
+  ASSERT_EQ(rep.records.size(), 2u);
+  EXPECT_EQ(rep.records[0].key, kUntuned);  // ranked by expected gain
+  EXPECT_NEAR(rep.records[0].expected_gain_us, rep.records[0].fallback_us_total * 2 / 3, 1e-6);
+  EXPECT_EQ(rep.records[1].key, gemm_missed);
+  EXPECT_EQ(rep.records[1].expected_gain_us, 0.0);
+  ASSERT_EQ(rep.recommended_buckets.size(), 2u);
+  EXPECT_EQ(rep.recommended_buckets[0].key, kUntuned);
+  EXPECT_DOUBLE_EQ(rep.recommended_buckets[0].expected_gain_us, rep.records[0].expected_gain_us);
+  EXPECT_EQ(rep.recommended_buckets[1].key, gemm_missed);
+  EXPECT_EQ(rep.recommended_buckets[1].expected_gain_us, 0.0);
+  // The same report read back from its file gives the same recommendations.
+  auto back = MissReportFromJson(MissReportToJson(rep));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  const auto again = RecommendBuckets(back->records);
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_DOUBLE_EQ(again[0].expected_gain_us, rep.recommended_buckets[0].expected_gain_us);
 }
 
 TEST(Conv2dRuntimeTest, PlansPackTheFilterOnceAndHitOnEitherKey) {

@@ -356,11 +356,11 @@ TEST(DynamicShapes, RecommendationsGroupMissesIntoPowerOfTwoRanges) {
     r.served_by = by;
     r.served_calls[int(by)] = 2;
     r.served_us[int(by)] = us;
+    r.expected_gain_us = ServedByTunedKey(by) ? 0 : us / 2;  // as priced at a 2x speed-up
     return r;
   };
   const auto out = RecommendBuckets({rec(3, 5), rec(4, 9), rec(1, 1), rec(100, 50), rec(70, 60),
-                                     rec(120, 1000, ServedBy::kNearest)},
-                                    2.0);
+                                     rec(120, 1000, ServedBy::kNearest)});
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(out[0].key, Fam(70));  // (64, 128]: 110 us by default; the nearest-served key adds nothing
   EXPECT_EQ(out[0].lo, 65);

@@ -390,7 +390,7 @@ TEST(FleetTest, AWrittenReportIsTheTextOfTheReportItHolds) {
     EXPECT_EQ(traffic[i].calls, now.buckets[i].calls);
     EXPECT_EQ(traffic[i].us_total, now.buckets[i].us_total);
   }
-  const auto recommended = RecommendBuckets(now.records, now.expected_speedup);
+  const auto recommended = RecommendBuckets(now.records);
   ASSERT_EQ(recommended.size(), now.recommended_buckets.size());
   for (size_t i = 0; i < recommended.size(); ++i) {
     EXPECT_EQ(recommended[i].key, now.recommended_buckets[i].key);

@@ -87,7 +87,9 @@ struct BucketRecommendation {
   uint64_t keys = 0;            // distinct missed keys in the range
   uint64_t calls = 0;
   double default_us_total = 0;  // time those calls spent in a default
-  double expected_gain_us = 0;  // default_us_total * (1 - 1/expected_speedup)
+  // The sum of its records' expected_gain_us: each record's time in a default priced
+  // by the speed-up of its own op's tuned entries (a conv2d range by conv2d's).
+  double expected_gain_us = 0;
 };
 
 // The process whose counts a report holds. A merged report lists all of them.
@@ -128,9 +130,8 @@ struct MissReport {
   std::vector<BucketRecommendation> recommended_buckets;  // by expected gain, descending
 };
 
-// The recommended buckets of a report's records (see BucketRecommendation), given
-// the report's expected_speedup.
-std::vector<BucketRecommendation> RecommendBuckets(const std::vector<MissRecord>& records, double expected_speedup);
+// The recommended buckets of a report's records (see BucketRecommendation).
+std::vector<BucketRecommendation> RecommendBuckets(const std::vector<MissRecord>& records);
 
 // The traffic buckets absorbed, from records served by a bucket (their latest kind).
 std::vector<BucketTraffic> BucketTrafficOf(const std::vector<MissRecord>& records);
