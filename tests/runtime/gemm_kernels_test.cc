@@ -581,6 +581,41 @@ TEST(CpuGemmTable, DecodeSizeKeysThreadByTheirWeights) {
   EXPECT_EQ(threads(17, 512, 256), 2);  // 4.5 MFLOP
 }
 
+// One token with constant weights on AMD Zen 4 (family 25 with AVX-512): the AVX2
+// packed kernel is the default; on Intel, on another AMD family and from m = 2, the
+// AVX-512 one. Per-call weights keep the in-place kernels.
+TEST(CpuGemmTable, ZenFourDecodesOneTokenOnTheAvx2PackedKernel) {
+  DeviceInfo d = Host();
+  d.isa = kIsaScalar | kIsaAvx2 | kIsaAvx512;
+  d.arch = "avx512";
+  struct Case {
+    const char* vendor;
+    int family;
+    int64_t m;
+    const char* want;
+  };
+  const Case cases[] = {{"AuthenticAMD", 25, 1, "cpu_f32_gemv_packed__avx2"},
+                        {"AuthenticAMD", 25, 2, "cpu_f32_gemv_packed__avx512"},
+                        {"AuthenticAMD", 26, 1, "cpu_f32_gemv_packed__avx512"},
+                        {"GenuineIntel", 6, 1, "cpu_f32_gemv_packed__avx512"}};
+  for (const Case& c : cases)
+    for (bool trans_b : {false, true}) {
+      d.vendor = c.vendor;
+      d.family = c.family;
+      OpKey key = OpKey::Gemm(c.m, 4096, 4096, false, trans_b);
+      key.constant_weights = true;
+      auto s = DefaultSchedule(key, d);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      EXPECT_STREQ(s->variant->name, c.want) << c.vendor << " family " << c.family << " " << key.ToString();
+      EXPECT_EQ(s->params[s->variant->ParamIndex("nv")], 4) << s->ToString();
+    }
+  d.vendor = "AuthenticAMD";
+  d.family = 25;
+  auto s = DefaultSchedule(OpKey::Gemm(1, 4096, 4096), d);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_FALSE(std::string_view(s->variant->name).starts_with("cpu_f32_gemv_packed__")) << s->ToString();
+}
+
 
 // What the own vector variants propose to the tuner per key: the fitted default
 // first; on a compute-bound key deeper than the fitted kc, the variants of the

@@ -182,7 +182,7 @@ std::span<const KernelVariant> CpuKernelVariants() {
 #define CG_GEMV_PACKED(isa, name, width)                                                                         \
   {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, kGemvPackedSpecs, &GemvPackedSupports, &GemvPackedCheck,  \
    &GemvPackedFitDefaults, {.gemm = &GemvPackedEntry<&name##_panels>}, {.gemm = {1, width}}, &OwnDefaultCandidates, \
-   nullptr, &GemvPackedWeightsBytes, &GemvPackWeights},
+   nullptr, &GemvPackedWeightsBytes, &GemvPackWeights, &GemvPackedPreferredDefault},
 #include "kernels/cpu/gemv_f32.inc"
 #define CG_KERNEL(isa, name, mr, nr)                                                                          \
   {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, GemmParamSet<mr, nr>::kSpecs, nullptr, &GemmCheck, \

@@ -166,6 +166,11 @@ Status GemvPackedCheck(const KernelVariant& v, const OpKey& key, const ParamValu
   return Status::Ok();
 }
 
+bool GemvPackedPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
+  return v.isa == kIsaAvx2 && key.constant_weights && key.m() == 1 && (device.isa & kIsaAvx512) &&
+         device.vendor == "AuthenticAMD" && device.family == 25;
+}
+
 void GemvPackedFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
   p[kGemvThreads] = GemvThreads(key, device);
   const int64_t vectors = CeilDiv(key.n(), v.config.gemm.nr);

@@ -95,6 +95,14 @@ Status GemvPackedCheck(const KernelVariant& v, const OpKey& key, const ParamValu
 // above kGemvPackedWideMaxM); prefetch
 // GemvPackedDefaultPrefetch of the device's vendor and the key's m.
 void GemvPackedFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
+// preferred_default(): on AMD Zen 4 (family 25 with AVX-512, which it runs on 256-bit
+// units), the AVX2 packed kernel takes constant-weights keys with m = 1, ahead of the
+// AVX-512 one: the AVX-512 kernel took 1.07-1.08x its time in geometric mean over the
+// six decode layers of 768 to 11008 columns, both layouts, 1 and 2 threads, in two
+// paired runs (46 of 48 rows above 1.0), and 1.04-1.07x with panels as narrow (nv = 2).
+// At m = 2 the two were level, and at m = 4 the AVX2 tile (nv = 2) took 1.1-1.9x the
+// AVX-512 one's time (bench/RESULTS.md, "AMD EPYC (Zen 4): the serving table rerun").
+bool GemvPackedPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 size_t GemvPackedWeightsBytes(const KernelVariant& v, const OpKey& key, const ParamValues& p);
 Status GemvPackWeights(const KernelVariant& v, const OpKey& key, const ParamValues& p, const void* weights, int64_t ld,
                        void* dst);
