@@ -72,7 +72,7 @@ Status PackedWeightsCache::Rotate(std::span<const Schedule> batch, const OpKey& 
                                   size_t weights_bytes, int64_t cover_bytes) {
   rotated_.clear();
   if (batch.empty()) return Status::Ok();
-  const size_t share = (size_t(std::max<int64_t>(cover_bytes, 1)) + batch.size() - 1) / batch.size();
+  const size_t share = std::min(size_t(std::max<int64_t>(cover_bytes, 1)), kMaxRotatedBytes / batch.size());
   std::vector<size_t> copies;
   size_t total = 0;
   for (const Schedule& s : batch) {
