@@ -72,14 +72,17 @@ Status PackedWeightsCache::Rotate(std::span<const Schedule> batch, const OpKey& 
                                   size_t weights_bytes, int64_t cover_bytes) {
   rotated_.clear();
   if (batch.empty()) return Status::Ok();
-  const size_t share = std::min(size_t(std::max<int64_t>(cover_bytes, 1)), kMaxRotatedBytes / batch.size());
+  const size_t cap = kMaxRotatedBytes / batch.size();  // per schedule
+  const size_t share = std::min(size_t(std::max<int64_t>(cover_bytes, 1)), cap);
   std::vector<size_t> copies;
   size_t total = 0;
   for (const Schedule& s : batch) {
     const KernelVariant& v = *s.variant;
     const size_t b = ((v.pack_weights ? v.packed_weights_bytes(v, key, s.params) : weights_bytes) + 63) / 64 * 64;
-    copies.push_back(std::max<size_t>(1, (share + b - 1) / b));
-    total += b * copies.back();
+    size_t n = std::max<size_t>(1, (share + b - 1) / b);
+    if (n > 1 && n * b > cap) n = std::max<size_t>(1, cap / b);
+    copies.push_back(n);
+    total += b * n;
   }
   if (total > kMaxRotatedBytes || (batch.size() == 1 && copies[0] == 1)) return Status::Ok();
   for (size_t i = 0; i < batch.size(); ++i) {
