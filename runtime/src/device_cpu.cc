@@ -94,7 +94,7 @@ CpuProbe ProbeOnce() {
     std::memcpy(brand, regs, 48);
     p.brand = Trim(brand);
   }
-  if (p.vendor == "AuthenticAMD" && ext_max >= 0x8000001D) {
+  if (p.vendor == kCpuVendorAmd && ext_max >= 0x8000001D) {
     ProbeCaches(p, 0x8000001D);
   } else if (max_leaf >= 4) {
     ProbeCaches(p, 4);

@@ -79,10 +79,8 @@ Status PackedWeightsCache::Rotate(std::span<const Schedule> batch, const OpKey& 
   for (const Schedule& s : batch) {
     const KernelVariant& v = *s.variant;
     const size_t b = ((v.pack_weights ? v.packed_weights_bytes(v, key, s.params) : weights_bytes) + 63) / 64 * 64;
-    size_t n = std::max<size_t>(1, (share + b - 1) / b);
-    if (n > 1 && n * b > cap) n = std::max<size_t>(1, cap / b);
-    copies.push_back(n);
-    total += b * n;
+    copies.push_back(std::max<size_t>(1, std::min((share + b - 1) / b, cap / b)));
+    total += b * copies.back();
   }
   if (total > kMaxRotatedBytes || (batch.size() == 1 && copies[0] == 1)) return Status::Ok();
   for (size_t i = 0; i < batch.size(); ++i) {

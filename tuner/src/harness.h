@@ -67,16 +67,16 @@ class PackedWeightsCache {
   Status Cool(const Schedule& s, const OpKey& key, const void* weights, int64_t ld, size_t weights_bytes);
   // Serving's conditions for schedules timed together: each gets copies of what its
   // calls read, so many that its own copies cover `cover_bytes` (the batch's at most
-  // kMaxRotatedBytes), and Call hands them out in turn. Shared among the batch, the
-  // cover left a schedule of three 2-3 copies of 9.4 MB weights, which Zen 4's 32 MiB
-  // L3 held: there the AVX-512 small-m kernel measured 0.73x the AVX2 one's time,
-  // where bench_serving, whose rows each rotate their own cover, found it 1.10-1.26x
-  // (bench/RESULTS.md, "AMD EPYC (Zen 4): the serving table rerun"). A call then finds its weights displaced by the reads of
-  // gigabytes of other weights, as a layer finds its own displaced by the other
-  // layers' (bench_serving's plans rotate copies the same way). A flushed single
-  // copy is not that state: it measured a GEMM schedule 1.14-1.22x faster than the
+  // kMaxRotatedBytes), and Call hands them out in turn. A call then finds its weights
+  // displaced by the reads of gigabytes of other weights, as a layer finds its own
+  // displaced by the other layers' (bench_serving's plans rotate copies the same
+  // way). A flushed single copy is not that state: it measured a GEMM schedule 1.14-1.22x faster than the
   // small-m kernel where bench_serving and this rotation found them within 4%
-  // (bench/RESULTS.md). No rotation (one flushed copy each) for a batch of one
+  // (bench/RESULTS.md). Shared among the batch, the cover left a schedule of three 2-3
+  // copies of 9.4 MB weights, which Zen 4's 32 MiB L3 held: there the AVX-512 small-m
+  // kernel measured 0.73x the AVX2 one's time, where bench_serving, whose rows each
+  // rotate their own cover, found it 1.10-1.26x (bench/RESULTS.md, "AMD EPYC (Zen 4):
+  // the serving table rerun"). No rotation (one flushed copy each) for a batch of one
   // schedule that fills the cover alone, or whose copies would exceed
   // kMaxRotatedBytes. An empty batch ends the rotation.
   Status Rotate(std::span<const Schedule> batch, const OpKey& key, const void* weights, int64_t ld,

@@ -27,11 +27,15 @@ enum IsaBits : uint32_t {
 // The highest level in `mask`: "avx512", "avx2" or "scalar".
 const char* IsaLevelName(uint32_t mask);
 
+// The CPU vendors (cpuid's vendor string) that rules measured per vendor name.
+inline constexpr std::string_view kCpuVendorIntel = "GenuineIntel";
+inline constexpr std::string_view kCpuVendorAmd = "AuthenticAMD";
+
 struct DeviceInfo {
   Backend backend = Backend::kCpu;
   std::string spec;    // how it is selected: "cpu", "cuda:0"
   std::string name;    // CPU brand string or GPU name
-  std::string vendor;  // "GenuineIntel", "AuthenticAMD", "NVIDIA"
+  std::string vendor;  // kCpuVendorIntel, kCpuVendorAmd, "NVIDIA"
   std::string arch;    // IsaLevelName(isa) on the CPU; "sm_90" on CUDA
   uint32_t isa = kIsaScalar;  // CPU features (IsaBits); 0 on CUDA
   int family = 0, model = 0;  // CPU family/model; CUDA compute capability major/minor

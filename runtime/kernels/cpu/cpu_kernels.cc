@@ -160,7 +160,7 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
 }
 
 bool GemmWideDefault(const OpKey& key, const DeviceInfo& device) {
-  return key.constant_weights && (device.isa & kIsaAvx512) && device.vendor == "GenuineIntel" &&
+  return key.constant_weights && (device.isa & kIsaAvx512) && device.vendor == kCpuVendorIntel &&
          key.m() > kGemvMaxM && key.n() >= kGemmWideDefaultMinN;
 }
 

@@ -168,7 +168,7 @@ Status GemvPackedCheck(const KernelVariant& v, const OpKey& key, const ParamValu
 
 bool GemvPackedPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
   return v.isa == kIsaAvx2 && key.constant_weights && key.m() == 1 && (device.isa & kIsaAvx512) &&
-         device.vendor == "AuthenticAMD" && device.family == 25;
+         device.vendor == kCpuVendorAmd && device.family == 25;
 }
 
 void GemvPackedFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
@@ -179,7 +179,7 @@ void GemvPackedFitDefaults(const KernelVariant& v, const OpKey& key, const Devic
     if (GemvPackedTileFits(std::min(key.m(), kGemvPackedMaxM), nv, VectorRegs(v)) && (nv == 1 || vectors >= nv))
       p[kGemvBlock] = nv;
   if (key.m() > kGemvPackedWideMaxM) p[kGemvBlock] = std::min(p[kGemvBlock], int32_t{2});
-  p[kGemvPrefetch] = GemvPackedDefaultPrefetch(device.vendor == "GenuineIntel", key.m());
+  p[kGemvPrefetch] = GemvPackedDefaultPrefetch(device.vendor == kCpuVendorIntel, key.m());
 }
 
 size_t GemvPackedWeightsBytes(const KernelVariant& v, const OpKey& key, const ParamValues& p) {
