@@ -9,7 +9,10 @@
 // call after warm-up). They are joined when the process-wide pool is destroyed at
 // exit. A child of fork() starts with a pool of its own (the parent's workers do not
 // exist there), so kernels may run on several threads before and after a fork, as
-// long as no other thread of the parent was inside a kernel at the fork. Idle
+// long as no other thread of the parent was inside a kernel at the fork. A worker
+// that finds itself on its caller's CPU when a call starts (a new thread starts on
+// its creator's, a woken one may be put there) moves to another CPU of its allowed
+// set and is then allowed its whole set again: no thread is pinned. Idle
 // workers poll briefly (pause, then yield, to catch back-to-back calls cheaply
 // without starving other threads on a busy host), then block on a condition
 // variable.
@@ -62,6 +65,7 @@ class ThreadPool {
   std::atomic<uint64_t> job_{0};
   TaskFn fn_ = nullptr;
   void* ctx_ = nullptr;
+  std::atomic<int> leader_cpu_{-1};  // the caller's CPU; a worker found on it moves off
   std::atomic<int> pending_{0};  // participants (excluding tid 0) not yet done
   std::atomic<bool> stop_{false};
 
