@@ -581,6 +581,27 @@ TEST(CpuGemmTable, DecodeSizeKeysThreadByTheirWeights) {
   EXPECT_EQ(threads(17, 512, 256), 2);  // 4.5 MFLOP
 }
 
+// The own tiles' split on several threads: M (par = 1) when N has fewer panels than
+// threads, or for constant weights when m >= n with a panel of M per thread (an N
+// split would pack all of A on every thread); else N (par = 0).
+TEST(CpuGemmTable, SeveralThreadsSplitMWhereNWouldRepackA) {
+  CG_REQUIRE_VARIANT(v, "cpu_f32_gemm_6x16__avx2");
+  DeviceInfo d = Host();
+  d.threads = 2;
+  const auto par = [&](int64_t m, int64_t n, int64_t k, bool constant) {
+    OpKey key = OpKey::Gemm(m, n, k, false, true);
+    key.constant_weights = constant;
+    const Schedule s = VariantDefaultSchedule(*v, key, d);
+    EXPECT_EQ(s.params[cpu::kParamThreads], 2) << key.ToString();
+    return s.params[cpu::kParamPar];
+  };
+  EXPECT_EQ(par(500, 77, 128, true), cpu::kParM);
+  EXPECT_EQ(par(500, 77, 128, false), cpu::kParN);   // per-call weights: B packed per thread's N range
+  EXPECT_EQ(par(256, 256, 256, true), cpu::kParM);   // m = n
+  EXPECT_EQ(par(64, 512, 256, true), cpu::kParN);    // m < n
+  EXPECT_EQ(par(1000, 16, 256, false), cpu::kParM);  // one N panel for two threads
+}
+
 // One token with constant weights on AMD Zen 4 (family 25 with AVX-512): the AVX2
 // packed kernel is the default; on Intel, on another AMD family and from m = 2, the
 // AVX-512 one. Per-call weights keep the in-place kernels.

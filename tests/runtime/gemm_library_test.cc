@@ -339,11 +339,12 @@ std::vector<DeviceInfo> RuleDevices() {
   return devices;
 }
 
-// The own tiles' share of the large class (GemmWideDefault): constant weights, m
-// above 16, n of 512 or more, on an Intel AVX-512 host.
-bool WideRuleHolds(const OpKey& key, const DeviceInfo& d) {
-  return key.constant_weights && (d.isa & kIsaAvx512) && d.vendor == "GenuineIntel" && key.m() > 16 &&
-         key.n() >= 512;
+// The own tiles' share of the large class (GemmTileDefault): constant weights, m
+// above 16, on an AVX-512 host, with n of 512 or more on an Intel host, or with less
+// than 80 MFLOP of work on more than one thread.
+bool TileRuleHolds(const OpKey& key, const DeviceInfo& d) {
+  if (!key.constant_weights || !(d.isa & kIsaAvx512) || key.m() <= 16) return false;
+  return (d.vendor == "GenuineIntel" && key.n() >= 512) || (d.threads > 1 && key.Flops() < 80e6);
 }
 
 // oneDNN's device and weights condition: constant weights, AVX-512, and the thread
@@ -353,7 +354,8 @@ bool OnednnRuleHolds(const OpKey& key, const DeviceInfo& d) {
 }
 
 // The measured rule for large keys (cpu_kernels.cc, gemm_params.h, gemm_library.h):
-// the own 8x32 tile for wide constant-weights keys on an Intel AVX-512 host; else
+// the own 8x32 tile for wide constant-weights keys on an Intel AVX-512 host and for
+// those of less than 80 MFLOP on more than one thread; else
 // oneDNN's matmul with its weights reordered once for constant-weights keys on an
 // AVX-512 host where it may use the thread budget; OpenBLAS for every other large
 // key. Checked on the host, the same host seen as AVX2-only and with one thread, each
@@ -363,7 +365,7 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
   const bool openblas = FindKernelVariant("cpu_f32_gemm_openblas") != nullptr;
   if (!onednn && !openblas) GTEST_SKIP() << "this build has no library variants";
   const std::array<int64_t, 3> shapes[] = {{128, 768, 768}, {17, 512, 4096}, {2048, 4096, 1024}, {3136, 511, 64},
-                                           {196, 256, 2304}};
+                                           {196, 256, 2304},  {500, 77, 128},  {40, 113, 2374},    {25, 1161, 1469}};
   for (const DeviceInfo& d : RuleDevices())
     for (const auto& [m, n, k] : shapes)
       for (int t = 0; t < 8; ++t) {
@@ -374,7 +376,7 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
         ASSERT_TRUE(s.ok());
         SCOPED_TRACE(fmt::format("{} on {} {} (isa {}, {} threads)", key.ToString(), d.vendor, d.fingerprint, d.isa,
                                  d.threads));
-        if (WideRuleHolds(key, d)) {
+        if (TileRuleHolds(key, d)) {
           EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_8x32__avx512") << s->ToString();
           continue;
         }

@@ -151,7 +151,9 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
   p[kParamThreads] = threads;
   const GemmConfig& tile = v.config.gemm;
   const int64_t n_panels = (key.n() + tile.nr - 1) / tile.nr, m_panels = (key.m() + tile.mr - 1) / tile.mr;
-  if (threads > 1 && n_panels < threads && m_panels > n_panels) p[kParamPar] = kParM;
+  const bool n_short = n_panels < threads && m_panels > n_panels;
+  const bool a_packed_once = key.constant_weights && key.m() >= key.n() && m_panels >= threads;
+  if (threads > 1 && (n_short || a_packed_once)) p[kParamPar] = kParM;
   if (key.trans_b) {
     p[kParamPackB] = 1;
   } else if (m_panels <= kInPlaceBMaxPanels) {
@@ -159,14 +161,15 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
   }
 }
 
-bool GemmWideDefault(const OpKey& key, const DeviceInfo& device) {
-  return key.constant_weights && (device.isa & kIsaAvx512) && device.vendor == kCpuVendorIntel &&
-         key.m() > kGemvMaxM && key.n() >= kGemmWideDefaultMinN;
+bool GemmTileDefault(const OpKey& key, const DeviceInfo& device) {
+  if (!key.constant_weights || (device.isa & kIsaAvx512) == 0 || key.m() <= kGemvMaxM) return false;
+  return (device.vendor == kCpuVendorIntel && key.n() >= kGemmWideDefaultMinN) ||
+         (device.threads > 1 && key.Flops() < kGemmTileDefaultMaxFlops);
 }
 
 bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
   if (!key.constant_weights || v.isa != kIsaAvx512 || (device.isa & kIsaAvx512) == 0) return false;
-  if (GemmWideDefault(key, device)) return true;
+  if (GemmTileDefault(key, device)) return true;
   if (key.m() <= kGemvPackedMaxM || key.m() > kGemvMaxM || key.n() < v.config.gemm.nr) return false;
   const bool big_weights = WeightElements(key) >= double(kLargeWeightsElements);
   return !(key.m() < kGemmSmallMTileMinM && big_weights && device.threads == 1);

@@ -94,8 +94,8 @@ void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInf
 // and measured 1.05-2.3x oneDNN at m = 1 to 8 on a Zen 4 host (bench/RESULTS.md,
 // "packed panels for constant weights"). From m = 9 to 16 the own AVX-512 tiles take
 // the key first where GemmPreferredDefault (gemm_params.h) holds, which leaves oneDNN
-// m of 9 to 11 with large weights on one thread; above m = 16 on an Intel host they
-// take keys with n of at least kGemmWideDefaultMinN (GemmWideDefault).
+// m of 9 to 11 with large weights on one thread; above m = 16 they take the keys of
+// GemmTileDefault (wide ones on an Intel host, small ones on more than one thread).
 constexpr int64_t OnednnDefaultMinM(int threads, int64_t n, int64_t k) {
   return threads == 1 || double(n) * double(k) >= double(kLargeWeightsElements) ? kGemvPackedMaxM + 1 : 16;
 }

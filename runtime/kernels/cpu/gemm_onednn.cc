@@ -185,7 +185,7 @@ void OnednnFitDefaults(const KernelVariant& /*v*/, const OpKey& key, const Devic
 bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
   if (!key.constant_weights || (device.isa & kIsaAvx512) == 0 || !(device.threads == 1 || onednn::OmpWaitsPassively()))
     return false;
-  if (GemmWideDefault(key, device)) return false;  // the own tiles' (gemm_params.h)
+  if (GemmTileDefault(key, device)) return false;  // the own tiles' (gemm_params.h)
   const GemmView g = GemmViewOf(key);
   return g.m >= OnednnDefaultMinM(device.threads, g.n, g.k) && g.n > 16 &&
          double(g.m) * double(g.n) * double(g.k) > double(int64_t{1} << 21);

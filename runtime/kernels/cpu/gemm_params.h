@@ -128,9 +128,13 @@ Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p,
 // fit_defaults(): threads from the shape's work and the device budget, and for keys
 // with m <= kGemvMaxM at least as many as the small-m variants take for streaming the
 // weights (kGemvBytesPerThread: a second thread took 1.30-1.88x less time at m = 10-16
-// from 128 KiB of weights; bench/RESULTS.md, "... shapes never tuned before"); par = 1 when
-// N has fewer nr panels than threads; pack_b = 0 for short M (B is then streamed
-// once, packing it would cost more than it saves) unless B is transposed.
+// from 128 KiB of weights; bench/RESULTS.md, "... shapes never tuned before"); par = 1
+// (M split) when N has fewer nr panels than threads, or for constant weights when m is
+// at least n (an N split packs all of A on every thread; on packed weights the M
+// split shares B without a barrier: on Zen 4, 2 threads, 0.72-1.00x the time of the
+// N split at m >= n, 29 of 30 rows below 0.98, geometric mean 0.87; at m < n 0.86-1.27x;
+// bench/RESULTS.md, "the own tiles for mid-size keys on more threads"); pack_b = 0 for short M (B is then streamed once,
+// packing it would cost more than it saves) unless B is transposed.
 void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
 // preferred_default(): for the AVX-512 tiles of an AVX-512 host (the first in the
 // table, 8x32, takes them), constant-weights keys
@@ -140,19 +144,31 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
 //   weights with m of 9 to 16"): the fitted 8x32 on packed weights took 0.33-1.00x the
 //   time of the default it replaced (the dot-product GEMV or oneDNN), and 0.94-0.98x
 //   oneDNN's speed at 9 x 4096 x 4096 and 10 x 3072 x 768 on one thread;
-// - and the wide ones above kGemvMaxM on an Intel host (GemmWideDefault).
+// - and those above kGemvMaxM that GemmTileDefault gives the own tiles.
 inline constexpr int64_t kGemmSmallMTileMinM = 12;
 bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
-// Constant-weights keys with m above kGemvMaxM and n of at least kGemmWideDefaultMinN,
-// on an Intel AVX-512 host: the own tiles' default, ahead of oneDNN's matmul. The
-// fitted 8x32 on packed weights against oneDNN (weights reordered once), paired, on
-// the BERT, 7B and ResNet-50 serving shapes with n >= 512 (m of 32 to 384), both
-// layouts, 1 and 2 threads (bench/RESULTS.md, "the own fitted default against
-// oneDNN"): on the Intel Xeon 0.99-1.34x oneDNN's speed, 65 of 68 rows above 1.0; on
-// AMD Zen 4 (AVX-512 on 256-bit units) 0.94-1.16x, 18 of 68, where oneDNN stays the
-// default. ResNet-50's narrower layers (n of 64 to 256) ran at 0.49-0.96x on the Intel
-// host and keep oneDNN.
+// Constant-weights keys with m above kGemvMaxM that default to the own tiles, ahead
+// of oneDNN's matmul, on an AVX-512 host:
+// - wide keys, n of at least kGemmWideDefaultMinN, on an Intel host. The fitted 8x32
+//   on packed weights against oneDNN (weights reordered once), paired, on the BERT, 7B
+//   and ResNet-50 serving shapes with n >= 512 (m of 32 to 384), both layouts, 1 and 2
+//   threads (bench/RESULTS.md, "the own fitted default against oneDNN"): on the Intel
+//   Xeon 0.99-1.34x oneDNN's speed, 65 of 68 rows above 1.0; on AMD Zen 4 (AVX-512 on
+//   256-bit units) 0.94-1.16x, 18 of 68, where oneDNN stays the default. ResNet-50's
+//   narrower layers (n of 64 to 256) ran at 0.49-0.96x on the Intel host and keep
+//   oneDNN.
+// - keys of less than kGemmTileDefaultMaxFlops with a thread budget of more than one.
+//   oneDNN wakes its passive OpenMP team per call; below 20 MFLOP its fitted default
+//   runs one thread (kOnednnFlopsPerThread), the own tiles two (kFlopsPerThread). On
+//   Zen 4, 2 threads, paired, 56 shapes of 2.7 to 231 MFLOP (24 drawn at random), both
+//   layouts: the 84 rows whose default this changed took 0.47-1.21x the time of the
+//   oneDNN default, geometric mean 0.71 (the slower ones: 60 x 39 x 3648, 1.06-1.21x);
+//   from 101 to 231 MFLOP the fitted tile took 0.93-1.11x oneDNN's time
+//   (bench/RESULTS.md, "the own tiles for mid-size keys on more threads"). Not timed
+//   on an Intel host, where oneDNN's second thread cost more (2.07x the time of one
+//   at 6.1 MFLOP, 1.35x at 12.3).
 inline constexpr int64_t kGemmWideDefaultMinN = 512;
-bool GemmWideDefault(const OpKey& key, const DeviceInfo& device);
+inline constexpr double kGemmTileDefaultMaxFlops = 80e6;
+bool GemmTileDefault(const OpKey& key, const DeviceInfo& device);
 
 }  // namespace cliffguard::cpu
