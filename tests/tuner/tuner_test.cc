@@ -394,8 +394,16 @@ TEST(TunerTest, TheConfirmationShipsTheDefaultUnlessTheWinnerIsFasterBeyondNoise
     fake.others_rounds_us = c.others_us;
     TuneResult res;
     int confirms = 0;
-    for (const auto& r : TuneWithFakeTimes(o, fake, &res)) confirms += r.kind == RecordKind::kConfirm;
     const std::string what = fmt::format("winner's rounds {} us", fmt::join(c.others_us, ", "));
+    for (const auto& r : TuneWithFakeTimes(o, fake, &res)) {
+      if (r.kind != RecordKind::kConfirm) continue;
+      ++confirms;
+      // The log keeps the verdict's evidence: each schedule's rounds.
+      const auto sched = ResolveNamed(r.schedule);
+      ASSERT_TRUE(sched.ok()) << sched.status().ToString();
+      const bool is_default = *sched == *DefaultSchedule(key, fake.device());
+      EXPECT_EQ(r.round_us, is_default ? std::vector<double>(6, r.median_us) : c.others_us) << what;
+    }
     std::vector<double> sorted = c.others_us;
     std::sort(sorted.begin(), sorted.end());
     const double others_median = 0.5 * (sorted[2] + sorted[3]), others_spread = 0.5 * (sorted.back() - sorted.front());

@@ -32,6 +32,7 @@ LogRecord Rec(int trial, bool ok = true) {
   r.trial = trial;
   r.ok = ok;
   r.median_us = ok ? 123.5 + trial : 0;
+  if (ok) r.round_us = {125.0 + trial, 123.5 + trial, 122.25 + trial, 130.0 + trial};
   r.error = ok ? "" : "wrong result: max rel error 3.0e-01 > tol 1.0e-05";
   r.timestamp = 1764489600.25 + trial;
   return r;
@@ -54,6 +55,7 @@ TEST(TuningLogTest, RoundTripKeepsEveryFieldAndParamOrder) {
     EXPECT_EQ(back->trial, r.trial);
     EXPECT_EQ(back->ok, r.ok);
     EXPECT_DOUBLE_EQ(back->median_us, r.median_us);
+    EXPECT_EQ(back->round_us, r.round_us);
     EXPECT_EQ(back->error, r.error);
     EXPECT_DOUBLE_EQ(back->timestamp, r.timestamp);
   }
@@ -143,6 +145,24 @@ TEST(TuningLogTest, RecordRulesAreEnforced) {
   ASSERT_FALSE(bad_kind.ok());
   EXPECT_NE(bad_kind.status().message().find("bogus"), std::string::npos);
   EXPECT_EQ(ReadTuningLog(TempPath("missing.jsonl")).status().code(), StatusCode::kNotFound);
+  // round_us: optional, positive finite numbers, only beside median_us.
+  LogRecord plain = Rec(0);
+  plain.round_us.clear();
+  const std::string no_rounds = RecordToJson(plain);
+  EXPECT_EQ(no_rounds.find("round_us"), std::string::npos) << no_rounds;
+  ASSERT_TRUE(RecordFromJson(no_rounds).ok());
+  EXPECT_TRUE(RecordFromJson(no_rounds)->round_us.empty());
+  const auto with_rounds = [&](const std::string& rounds) {
+    return RecordFromJson(no_rounds.substr(0, no_rounds.size() - 1) + ",\"round_us\":" + rounds + "}");
+  };
+  for (const char* bad : {"[1,0]", "[1,-2]", "[1,\"x\"]", "3", "{}"}) {
+    auto r = with_rounds(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("round_us"), std::string::npos) << r.status().message();
+  }
+  ASSERT_TRUE(with_rounds("[]").ok());
+  const std::string failed = RecordToJson(Rec(0, false));
+  EXPECT_FALSE(RecordFromJson(failed.substr(0, failed.size() - 1) + ",\"round_us\":[1]}").ok());
 }
 
 TEST(WorkloadTest, PlainLinesJsonAndErrorsNameTheLine) {

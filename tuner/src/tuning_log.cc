@@ -61,6 +61,7 @@ std::string RecordToJson(const LogRecord& r) {
   j["trial"] = r.trial;
   if (r.ok) {
     j["median_us"] = r.median_us;
+    if (!r.round_us.empty()) j["round_us"] = r.round_us;
   } else {
     j["error"] = r.error.empty() ? "unknown error" : r.error;
   }
@@ -96,6 +97,8 @@ StatusOr<LogRecord> RecordFromJson(std::string_view line) {
   r.ok = has_time;
   if (has_time) r.median_us = rd.Number(j, "median_us", true, /*positive=*/true);
   if (has_error) r.error = rd.String(j, "error");
+  if (has_error && j.contains("round_us")) rd.Fail("'round_us' belongs to a record with 'median_us'");
+  if (has_time) r.round_us = rd.Numbers(j, "round_us", /*required=*/false, /*positive=*/true);
   r.timestamp = rd.Number(j, "ts");
   CG_RETURN_IF_ERROR(rd.status());
   return r;
@@ -185,6 +188,7 @@ StatusOr<MeasureResult> ToMeasureResult(const LogRecord& r, std::span<const Kern
   m.schedule = s;
   m.ok = r.ok;
   m.median_us = r.median_us;
+  m.round_us = r.round_us;
   m.error = r.error;
   return m;
 }

@@ -85,6 +85,22 @@ class JsonReader {
       return Fail(fmt::format("{}.{}={} must be a finite number {} 0", path_, name, v, positive ? ">" : ">=")), 0;
     return v;
   }
+  // [number, ...]: each a finite number >= 0 (> 0 when `positive`).
+  std::vector<double> Numbers(const Json& obj, const char* name, bool required = true, bool positive = false) {
+    std::vector<double> out;
+    const Json* f = Array(obj, name, required);
+    if (!f) return out;
+    for (size_t i = 0; i < f->size(); ++i) {
+      const Json& e = (*f)[i];
+      const double v = e.is_number() ? e.get<double>() : -1;
+      if (!e.is_number() || !std::isfinite(v) || v < 0 || (positive && v == 0))
+        return Fail(fmt::format("{}.{}[{}]={} must be a finite number {} 0", path_, name, i, Dump(e),
+                                positive ? ">" : ">=")),
+               std::vector<double>();
+      out.push_back(v);
+    }
+    return out;
+  }
   // {"name": integer, ...} in document order.
   std::vector<std::pair<std::string, int64_t>> IntMap(const Json& obj, const char* name, bool required) {
     std::vector<std::pair<std::string, int64_t>> out;

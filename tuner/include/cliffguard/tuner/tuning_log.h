@@ -56,6 +56,10 @@ struct LogRecord {
   int64_t trial = -1;        // 0-based trial index within the key (trial records), else -1
   bool ok = false;
   double median_us = 0;      // ok only
+  // ok only, may be empty: MeasureResult::round_us, the times the median came from
+  // (interleaved kinds: each round's mean call time; trial, default: the median of
+  // each quarter of the calls), so that a verdict's evidence stays in the log.
+  std::vector<double> round_us;
   std::string error;         // !ok only
   double timestamp = 0;      // unix seconds
 };
