@@ -326,7 +326,7 @@ int RunJob(std::string_view job, int out_fd, WorkerState& state) {
   o.max_repeats = static_cast<int>(ro.Int(*opts, "max_repeats", true, 1, INT32_MAX));
   o.warmup_ms = ro.Number(*opts, "warmup_ms");
   o.rotate_bytes = ro.Int(*opts, "rotate_bytes", true, 0);
-  o.max_copies = static_cast<int>(ro.Int(*opts, "max_copies", true, 1, 4096));
+  o.max_copies = static_cast<int>(ro.Int(*opts, "max_copies", true, 1, 1 << 16));
   o.tolerance = ro.Number(*opts, "tolerance");
   o.full_check_elements = ro.Int(*opts, "full_check_elements", true, 0);
   o.max_checked = ro.Int(*opts, "max_checked", true, 0);

@@ -37,7 +37,11 @@
 // its operands in cache from the previous call: the copies together cover twice the
 // cache of the device (L3 + L2 x threads; 32 MiB when unknown), at most max_copies
 // copies and 1 GiB. This models serving, where other layers' activations and
-// weights displace an operator's operands between its calls. A constant-weights key
+// weights displace an operator's operands between its calls, and is how
+// bench_serving rotates them. (A cap of 16 copies left the activations of small keys
+// in L3: on Zen 4 the tuner then timed a 14x32 tile reading A in place at 0.92x the
+// default's time, where bench_serving and this cover timed it at 1.04-1.11x;
+// bench/RESULTS.md, "the tuner's operands over the bench's cover".) A constant-weights key
 // runs on its one packed copy of the weights, as a plan does, evicted from every
 // cache level before each timed call (the eviction is not timed): a layer's weights
 // come from memory in serving, and a warm copy favoured schedules that lose there
@@ -73,7 +77,7 @@ struct MeasureOptions {
   int max_repeats = 100000;     // stop after this many calls even if min_time_ms is not reached
   double warmup_ms = 2;         // untimed calls before timing (at least one call), ms
   int64_t rotate_bytes = 0;     // footprint the rotated input copies should cover; 0: 2 x device cache
-  int max_copies = 16;          // at most this many copies of (A, B, C)
+  int max_copies = 1 << 14;     // at most this many copies of (A, B, C), as bench_serving
   // Per-candidate timeout in seconds (from the candidate's start to its result);
   // 0: 30 s. Worker start-up (buffer allocation) gets 60 s more.
   double timeout_s = 0;
