@@ -130,11 +130,12 @@ Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p,
 // weights (kGemvBytesPerThread: a second thread took 1.30-1.88x less time at m = 10-16
 // from 128 KiB of weights; bench/RESULTS.md, "... shapes never tuned before"); par = 1
 // (M split) when N has fewer nr panels than threads, or for constant weights when m is
-// at least n (an N split packs all of A on every thread; on packed weights the M
-// split shares B without a barrier: on Zen 4, 2 threads, 0.72-1.00x the time of the
-// N split at m >= n, 29 of 30 rows below 0.98, geometric mean 0.87; at m < n 0.86-1.27x;
-// bench/RESULTS.md, "the own tiles for mid-size keys on more threads"); pack_b = 0 for short M (B is then streamed once,
-// packing it would cost more than it saves) unless B is transposed.
+// at least n with a panel of M per thread (an N split packs all of A on every thread;
+// on packed weights the M split shares B without a barrier: on Zen 4, 2 threads,
+// 0.72-1.00x the time of the N split at m >= n, 29 of 30 rows below 0.98, geometric
+// mean 0.87; at m < n 0.86-1.27x; bench/RESULTS.md, "the own tiles for mid-size keys
+// on more threads"); pack_b = 0 for short M (B is then streamed once, packing it
+// would cost more than it saves) unless B is transposed.
 void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
 // preferred_default(): for the AVX-512 tiles of an AVX-512 host (the first in the
 // table, 8x32, takes them), constant-weights keys
@@ -158,8 +159,9 @@ bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const Device
 //   narrower layers (n of 64 to 256) ran at 0.49-0.96x on the Intel host and keep
 //   oneDNN.
 // - keys of less than kGemmTileDefaultMaxFlops with a thread budget of more than one.
-//   oneDNN wakes its passive OpenMP team per call; below 20 MFLOP its fitted default
-//   runs one thread (kOnednnFlopsPerThread), the own tiles two (kFlopsPerThread). On
+//   oneDNN wakes its passive OpenMP team per call; below 20 MFLOP (less the weights'
+//   share) its fitted default runs one thread (kOnednnFlopsPerThread), the own tiles
+//   two from 4 MFLOP (kFlopsPerThread). On
 //   Zen 4, 2 threads, paired, 56 shapes of 2.7 to 231 MFLOP (24 drawn at random), both
 //   layouts: the 84 rows whose default this changed took 0.47-1.21x the time of the
 //   oneDNN default, geometric mean 0.71 (the slower ones: 60 x 39 x 3648, 1.06-1.21x);

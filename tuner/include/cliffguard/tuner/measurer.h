@@ -41,12 +41,13 @@
 // bench_serving rotates them. (A cap of 16 copies left the activations of small keys
 // in L3: on Zen 4 the tuner then timed a 14x32 tile reading A in place at 0.92x the
 // default's time, where bench_serving and this cover timed it at 1.04-1.11x;
-// bench/RESULTS.md, "the tuner's operands over the bench's cover".) A constant-weights key
-// runs on its one packed copy of the weights, as a plan does, evicted from every
-// cache level before each timed call (the eviction is not timed): a layer's weights
-// come from memory in serving, and a warm copy favoured schedules that lose there
-// (an own 6x64 schedule measured 4.3-4.5 ms warm and 6.6 ms through bench_serving's
-// cold plans on BERT-base nt 128x768x3072, where oneDNN measured 5.1-5.2 ms both ways).
+// bench/RESULTS.md, "the tuner's operands over the bench's cover".) A
+// constant-weights key runs on its one packed copy of the weights, as a plan does,
+// evicted from every cache level before each timed call (the eviction is not timed):
+// a layer's weights come from memory in serving, and a warm copy favoured schedules
+// that lose there (an own 6x64 schedule measured 4.3-4.5 ms warm and 6.6 ms through
+// bench_serving's cold plans on BERT-base nt 128x768x3072, where oneDNN measured
+// 5.1-5.2 ms both ways).
 //
 // Threads: the kernel runs with the thread count of its schedule; the measurer adds
 // no threading of its own.
