@@ -440,5 +440,27 @@ TEST(MeasurerTest, RotatedWeightsAreExactCopiesHandedOutInTurn) {
   EXPECT_EQ(b, b0);
 }
 
+// The operands' copies cover twice the device's caches by default, as bench_serving
+// rotates them: a small key's set is not left in L3 by a cap on the count. Bounded by
+// max_copies and by 1 GiB.
+TEST(MeasurerTest, OperandCopiesCoverTwiceTheCaches) {
+  DeviceInfo d = HostCpuDevice(2);
+  d.l3_bytes = int64_t{32} << 20;
+  d.l2_bytes = int64_t{1} << 20;
+  const MeasureOptions o;
+  const int64_t cover = CoverBytes(o, d);
+  EXPECT_EQ(cover, 2 * ((int64_t{32} << 20) + 2 * (int64_t{1} << 20)));
+  for (const int64_t set : {int64_t{460} << 10, int64_t{16} << 10, int64_t{3} << 20, int64_t{100} << 20}) {
+    const int64_t copies = RotatedCopies(set, o, d);
+    EXPECT_GE(copies * set, std::min(cover, set * o.max_copies)) << set << " bytes";
+    EXPECT_LT((copies - 1) * set, cover) << set << " bytes: no more copies than the cover needs";
+  }
+  MeasureOptions capped;
+  capped.max_copies = 16;
+  EXPECT_EQ(RotatedCopies(int64_t{460} << 10, capped, d), 16);
+  EXPECT_EQ(RotatedCopies(int64_t{1} << 20, o, d), 68);  // 68 MiB of copies
+  EXPECT_EQ(RotatedCopies(int64_t{600} << 20, o, d), 1);  // 1 GiB bounds it
+}
+
 }  // namespace
 }  // namespace cliffguard::tuner::testing

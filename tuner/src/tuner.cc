@@ -274,7 +274,7 @@ class TuneRun {
     rec.trial = trial;
     rec.ok = r.ok;
     rec.median_us = r.median_us;
-    if (r.ok) rec.round_us = r.round_us;
+    rec.round_us = r.round_us;  // written beside median_us only
     rec.error = r.error;
     rec.timestamp = UnixNow();
     ++result_.measurements;

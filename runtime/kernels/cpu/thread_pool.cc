@@ -40,10 +40,11 @@ void ForgetPoolInChild() { g_pool.store(nullptr, std::memory_order_relaxed); }
 // A worker found on its leader's CPU moves itself to another CPU of its allowed set
 // (the tid-th other one, in turn), then allows its whole set again: a placement, not
 // a pinning. The scheduler starts a new thread on its creator's CPU and may wake a
-// blocked one there; in a KVM guest a fresh pool's worker shared the caller's CPU for
-// whole 70 ms runs (in 19 of 20 forked processes), each 2-thread call 2.8x as long as
-// on two CPUs, and the tuner's forked measurement workers timed 2-thread schedules
-// 1.8-3.4x slow in such spells (bench/RESULTS.md).
+// blocked one there; in a KVM guest a fresh pool's worker shared its caller's CPU in
+// 19 of 20 forked processes, for 46 to 368 of 400 calls, each 2-thread call 2.8x as
+// long as on two CPUs, and the tuner's forked measurement workers timed 2-thread
+// schedules 1.8-3.9x slow in such spells (bench/RESULTS.md, "a pool worker on its
+// caller's CPU").
 void MoveOffCpu(int tid, int cpu) {
   cpu_set_t allowed;
   if (::sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
