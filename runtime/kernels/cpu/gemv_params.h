@@ -102,6 +102,9 @@ void GemvPackedFitDefaults(const KernelVariant& v, const OpKey& key, const Devic
 // paired runs (46 of 48 rows above 1.0), and 1.04-1.07x with panels as narrow (nv = 2).
 // At m = 2 the two were level, and at m = 4 the AVX2 tile (nv = 2) took 1.1-1.9x the
 // AVX-512 one's time (bench/RESULTS.md, "AMD EPYC (Zen 4): the serving table rerun").
+// With the AVX2 accumulators in registers ("... a small-m kernel's accumulators on
+// the stack"), the AVX-512 kernel took 1.01-1.14x its time at m = 1 from memory, and
+// 0.85-0.90x with the weights in L3 (a loop over one buffer, not the serving case).
 bool GemvPackedPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 size_t GemvPackedWeightsBytes(const KernelVariant& v, const OpKey& key, const ParamValues& p);
 Status GemvPackWeights(const KernelVariant& v, const OpKey& key, const ParamValues& p, const void* weights, int64_t ld,
