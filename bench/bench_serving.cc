@@ -835,6 +835,7 @@ int main(int argc, char** argv) {
 #endif
   const cliffguard::DeviceInfo host = cliffguard::HostCpuDevice();
   benchmark::AddCustomContext("cliffguard_device", host.fingerprint + " " + host.name);
+  benchmark::AddCustomContext("operands", cliffguard::g_warm ? "warm" : "rotated");
   cliffguard::RegisterAll(paired);
   std::unique_ptr<benchmark::BenchmarkReporter> display;
   if (json)
