@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <system_error>
-#include <vector>
 
 namespace cliffguard::cpu {
 namespace {
@@ -48,13 +47,15 @@ void ForgetPoolInChild() { g_pool.store(nullptr, std::memory_order_relaxed); }
 void MoveOffCpu(int tid, int cpu) {
   cpu_set_t allowed;
   if (::sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
-  std::vector<int> others;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &allowed) && c != cpu) others.push_back(c);
-  if (others.empty()) return;
+  const int others = CPU_COUNT(&allowed) - (cpu < CPU_SETSIZE && CPU_ISSET(cpu, &allowed) ? 1 : 0);
+  if (others <= 0) return;
+  int skip = (tid - 1) % others;  // the tid-th other CPU, in turn
+  int to = 0;
+  for (; to < CPU_SETSIZE; ++to)
+    if (to != cpu && CPU_ISSET(to, &allowed) && skip-- == 0) break;
   cpu_set_t one;
   CPU_ZERO(&one);
-  CPU_SET(others[size_t(tid - 1) % others.size()], &one);
+  CPU_SET(to, &one);
   if (::sched_setaffinity(0, sizeof(one), &one) == 0) ::sched_setaffinity(0, sizeof(allowed), &allowed);
 }
 
