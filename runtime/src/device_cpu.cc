@@ -2,7 +2,13 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <vector>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -134,7 +140,7 @@ const char* IsaLevelName(uint32_t mask) {
   return out;
 }
 
-int AvailableCpus() {
+int AffinityCpus() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) {
     const int n = CPU_COUNT(&set);
@@ -142,6 +148,132 @@ int AvailableCpus() {
   }
   const unsigned hc = std::thread::hardware_concurrency();
   return hc ? static_cast<int>(hc) : 1;
+}
+
+namespace {
+
+std::string ReadSmallFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return {};
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string_view> SplitOn(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  for (size_t start = 0;;) {
+    const size_t end = s.find(sep, start);
+    out.push_back(s.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+    if (end == std::string_view::npos) return out;
+    start = end + 1;
+  }
+}
+
+bool ParsePositive(std::string_view s, int64_t& out) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.remove_suffix(1);
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && end == s.data() + s.size() && out > 0;
+}
+
+// mountinfo escapes space, tab, newline and backslash in paths as \ooo.
+std::string UnescapeMountPath(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    auto octal = [&](size_t j) { return j < s.size() && s[j] >= '0' && s[j] <= '7'; };
+    if (s[i] == '\\' && octal(i + 1) && octal(i + 2) && octal(i + 3)) {
+      out.push_back(static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0')));
+      i += 3;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+// quota / period in CPUs, or 0 when the directory sets no limit.
+double CgroupDirLimit(const std::string& dir, bool v2) {
+  int64_t quota = 0, period = 0;
+  if (v2) {
+    const auto fields = SplitOn(ReadSmallFile(dir + "/cpu.max"), ' ');
+    if (fields.size() != 2 || !ParsePositive(fields[0], quota) || !ParsePositive(fields[1], period)) return 0;
+  } else if (!ParsePositive(ReadSmallFile(dir + "/cpu.cfs_quota_us"), quota) ||
+             !ParsePositive(ReadSmallFile(dir + "/cpu.cfs_period_us"), period)) {
+    return 0;
+  }
+  return double(quota) / double(period);
+}
+
+// The lowest limit from the process's cgroup up to the hierarchy's mount point.
+double HierarchyLimit(const std::string& root, std::string_view mount_root, std::string_view mount_point,
+                      std::string_view cgroup_path, bool v2) {
+  std::string rel(cgroup_path);  // the cgroup below the mount's root (a container sees its own as "/")
+  if (mount_root != "/") {
+    if (cgroup_path.substr(0, mount_root.size()) == mount_root &&
+        (cgroup_path.size() == mount_root.size() || cgroup_path[mount_root.size()] == '/'))
+      rel = std::string(cgroup_path.substr(mount_root.size()));
+    else
+      rel.clear();
+  }
+  const std::string top = root + std::string(mount_point);
+  std::string dir = top + (rel == "/" ? "" : rel);
+  double lowest = 0;
+  for (;;) {
+    const double l = CgroupDirLimit(dir, v2);
+    if (l > 0 && (lowest == 0 || l < lowest)) lowest = l;
+    if (dir.size() <= top.size()) return lowest;
+    dir.resize(dir.rfind('/'));
+  }
+}
+
+}  // namespace
+
+double CgroupCpuLimit(std::string_view root_sv) {
+  const std::string root(root_sv);
+  std::string v2_path, v1_path;
+  bool has_v2 = false, has_v1 = false;
+  const std::string cgroups = ReadSmallFile(root + "/proc/self/cgroup");
+  for (std::string_view line : SplitOn(cgroups, '\n')) {
+    const size_t a = line.find(':'), b = a == std::string_view::npos ? a : line.find(':', a + 1);
+    if (b == std::string_view::npos) continue;
+    const std::string_view controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (line.substr(0, a) == "0" && controllers.empty()) {
+      v2_path = path;
+      has_v2 = true;
+    }
+    for (std::string_view c : SplitOn(controllers, ','))
+      if (c == "cpu") {
+        v1_path = path;
+        has_v1 = true;
+      }
+  }
+  double lowest = 0;
+  const std::string mounts = ReadSmallFile(root + "/proc/self/mountinfo");
+  for (std::string_view line : SplitOn(mounts, '\n')) {
+    const size_t dash = line.find(" - ");
+    if (dash == std::string_view::npos) continue;
+    const auto head = SplitOn(line.substr(0, dash), ' '), tail = SplitOn(line.substr(dash + 3), ' ');
+    if (head.size() < 5 || tail.size() < 3) continue;
+    const std::string mount_root = UnescapeMountPath(head[3]), mount_point = UnescapeMountPath(head[4]);
+    double l = 0;
+    if (tail[0] == "cgroup2" && has_v2) {
+      l = HierarchyLimit(root, mount_root, mount_point, v2_path, true);
+    } else if (tail[0] == "cgroup" && has_v1) {
+      bool cpu = false;
+      for (std::string_view o : SplitOn(tail[2], ',')) cpu = cpu || o == "cpu";
+      if (cpu) l = HierarchyLimit(root, mount_root, mount_point, v1_path, false);
+    }
+    if (l > 0 && (lowest == 0 || l < lowest)) lowest = l;
+  }
+  return lowest;
+}
+
+int AvailableCpus() {
+  const int affinity = AffinityCpus();
+  const double limit = CgroupCpuLimit();
+  if (limit <= 0) return affinity;
+  const int capped = static_cast<int>(std::ceil(limit - 1e-9));
+  return std::clamp(capped, 1, affinity);
 }
 
 StatusOr<int> ResolveThreadBudget(int requested, std::string_view origin) {

@@ -244,10 +244,16 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
     }
   for (const std::string& p : o.bundles) bundle_paths.emplace_back(p, "RuntimeOptions.bundles");
   if (device.backend == Backend::kCpu)
-    if (const int cpus = AvailableCpus(); threads > cpus)
-      logging::Warn("thread budget {} ({}) exceeds the {} CPUs this process may use: multi-threaded schedules will "
-                    "oversubscribe them; bundles apply only when tuned for the same budget",
-                    threads, options.threads ? "RuntimeOptions.threads" : "CLIFFGUARD_THREADS", cpus);
+    if (const int cpus = AvailableCpus(); threads > cpus) {
+      const double limit = CgroupCpuLimit();
+      logging::Warn("thread budget {} ({}) exceeds the {} CPUs this process may use ({}): multi-threaded schedules "
+                    "will oversubscribe them; bundles apply only when tuned for the same budget",
+                    threads, options.threads ? "RuntimeOptions.threads" : "CLIFFGUARD_THREADS", cpus,
+                    limit > 0 && cpus < AffinityCpus()
+                        ? fmt::format("its cgroup's CPU limit of {:g}, rounded up; {} in its affinity mask", limit,
+                                      AffinityCpus())
+                        : std::string("its affinity mask"));
+    }
   if (o.disable)
     logging::Warn("disabled (CLIFFGUARD_DISABLE=1 or RuntimeOptions.disable): every call runs the built-in default "
                   "and is counted as a miss; bundles load but are not used");

@@ -1,5 +1,13 @@
 // Devices and the tables that name ops, dtypes and ISA levels.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
 
 #include "cliffguard/bundle.h"
 #include "cliffguard/device.h"
@@ -63,6 +71,82 @@ TEST(DeviceTest, DeviceSpecsNameTheDevice) {
     o.device = "cuda:0";
     EXPECT_EQ(Runtime::Create(o).status().code(), StatusCode::kNotFound);
   }
+}
+
+// A file system root with /proc/self/{cgroup,mountinfo} and cgroup files, for
+// CgroupCpuLimit(root).
+class FakeCgroupRoot {
+ public:
+  FakeCgroupRoot() : dir_(std::filesystem::temp_directory_path() / fmt::format("cg_cgroup_{}_{}", ::getpid(), n_++)) {}
+  ~FakeCgroupRoot() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  void Write(const std::string& path, const std::string& text) const {
+    const std::filesystem::path p = dir_ / path.substr(1);
+    std::filesystem::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+  }
+  std::string root() const { return dir_.string(); }
+
+ private:
+  static inline int n_ = 0;
+  std::filesystem::path dir_;
+};
+
+constexpr const char* kV2Mount = "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n";
+
+TEST(CgroupCpuLimitTest, TheLowestLimitFromTheProcessCgroupUpToTheRootCounts) {
+  FakeCgroupRoot f;
+  f.Write("/proc/self/cgroup", "0::/kubepods/pod1/c1\n");
+  f.Write("/proc/self/mountinfo", std::string("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n") + kV2Mount);
+  f.Write("/sys/fs/cgroup/cpu.max", "max 100000\n");
+  f.Write("/sys/fs/cgroup/kubepods/cpu.max", "max 100000\n");
+  f.Write("/sys/fs/cgroup/kubepods/pod1/cpu.max", "250000 100000\n");
+  f.Write("/sys/fs/cgroup/kubepods/pod1/c1/cpu.max", "max 100000\n");
+  EXPECT_DOUBLE_EQ(CgroupCpuLimit(f.root()), 2.5);
+  f.Write("/sys/fs/cgroup/kubepods/pod1/c1/cpu.max", "150000 100000\n");
+  EXPECT_DOUBLE_EQ(CgroupCpuLimit(f.root()), 1.5);
+  f.Write("/sys/fs/cgroup/kubepods/cpu.max", "50000 100000\n");
+  EXPECT_DOUBLE_EQ(CgroupCpuLimit(f.root()), 0.5);
+}
+
+TEST(CgroupCpuLimitTest, AContainerSeesItsOwnCgroupAsTheMountsRoot) {
+  FakeCgroupRoot f;  // cgroup v1 without a cgroup namespace: the path is the host's
+  f.Write("/proc/self/cgroup", "5:cpuset:/docker/abc\n4:cpu,cpuacct:/docker/abc\n3:memory:/docker/abc\n");
+  f.Write("/proc/self/mountinfo",
+          "40 31 0:34 /docker/abc /sys/fs/cgroup/cpuset ro - cgroup cgroup ro,cpuset\n"
+          "41 31 0:35 /docker/abc /sys/fs/cgroup/cpu\\054cpuacct ro - cgroup cgroup ro,cpu,cpuacct\n");
+  f.Write("/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "200000\n");
+  f.Write("/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", "100000\n");
+  EXPECT_DOUBLE_EQ(CgroupCpuLimit(f.root()), 2.0);
+  f.Write("/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "-1\n");
+  EXPECT_EQ(CgroupCpuLimit(f.root()), 0);
+}
+
+TEST(CgroupCpuLimitTest, NoLimitOrFilesThatDoNotParseMeanNone) {
+  FakeCgroupRoot f;
+  EXPECT_EQ(CgroupCpuLimit(f.root()), 0);  // no /proc, no cgroup file system
+  f.Write("/proc/self/cgroup", "0::/\n");
+  f.Write("/proc/self/mountinfo", kV2Mount);
+  EXPECT_EQ(CgroupCpuLimit(f.root()), 0);  // no cpu.max: the cpu controller is not enabled
+  for (const char* bad : {"max 100000", "abc 100000", "100000", "100000 0", "-5 100000", "1e5 100000", ""}) {
+    f.Write("/sys/fs/cgroup/cpu.max", bad);
+    EXPECT_EQ(CgroupCpuLimit(f.root()), 0) << bad;
+  }
+  f.Write("/proc/self/cgroup", "garbage\n::\n1:cpuacct:/\n");  // no v2 line, no v1 cpu controller
+  f.Write("/sys/fs/cgroup/cpu.max", "100000 100000");
+  EXPECT_EQ(CgroupCpuLimit(f.root()), 0);
+}
+
+TEST(CgroupCpuLimitTest, AvailableCpusIsTheAffinityMaskAtMost) {
+  const int cpus = AvailableCpus();
+  EXPECT_GE(cpus, 1);
+  EXPECT_LE(cpus, AffinityCpus());
+  if (const double limit = CgroupCpuLimit(); limit > 0 && limit < AffinityCpus())
+    EXPECT_EQ(cpus, std::max(1, static_cast<int>(std::ceil(limit - 1e-9))));
+  else
+    EXPECT_EQ(cpus, AffinityCpus());
 }
 
 TEST(TablesTest, OpKindsAndDTypesRoundTripTheirNames) {

@@ -31,6 +31,8 @@ void AddDeviceCommand(CLI::App& app) {
       }
       // The first device (the host CPU) at the top level, as before; every device in "devices".
       nlohmann::ordered_json j = list[0];
+      j["affinity_cpus"] = AffinityCpus();
+      if (const double limit = CgroupCpuLimit(); limit > 0) j["cgroup_cpu_limit"] = limit;
       j["devices"] = list;
       if (!all.cuda_status.empty()) j["cuda_status"] = all.cuda_status;
       fmt::print("{}\n", j.dump(2));
@@ -41,6 +43,9 @@ void AddDeviceCommand(CLI::App& app) {
                  BackendName(d.backend), d.name, d.vendor, d.arch);
       if (d.backend == Backend::kCpu) {
         fmt::print("family/model {}/{}\nthreads      {}\n", d.family, d.model, d.threads);
+        const double limit = CgroupCpuLimit();
+        fmt::print("cpus         {} in the affinity mask{}\n", AffinityCpus(),
+                   limit > 0 ? fmt::format(", cgroup CPU limit {:g}", limit) : std::string(", no cgroup CPU limit"));
         fmt::print("caches       L1d {} KiB, L2 {} KiB, L3 {} KiB\n", d.l1d_bytes >> 10, d.l2_bytes >> 10,
                    d.l3_bytes >> 10);
       } else {
