@@ -179,7 +179,8 @@ void ConcurrentCallers(const KernelVariant& v) {
   for (auto& t : threads) t.join();
 }
 
-// Every `par` and loop order on the host's threads (1 and 2), batch 1 and 3.
+// Every `par` and loop order on the host's threads (1 and 2) and on 3, 5 and 7, batch 1
+// and 3.
 void Threads(const KernelVariant& v) {
   const std::vector<Dims> shapes = {{3, 10, 11, 7, 40, 3, 3, 1, 1, 1, 1}, {1, 9, 9, 16, 50, 1, 1, 2, 2, 0, 0},
                                     {1, 4, 30, 5, 9, 3, 3, 1, 2, 1, 1}};
@@ -203,6 +204,21 @@ void Threads(const KernelVariant& v) {
           t.key(key).bias(i % 2 == 0).packed_weights(i % 3 == 0).seed(i);
           if (!t.Test(s)) return;
         }
+    // Counts that are not powers of two, more than this host has (a budget of 6 or 12).
+    const int ti = v.ParamIndex("threads");
+    if (ti < 0) continue;
+    DeviceInfo wide = Host();
+    wide.threads = 8;
+    for (int threads : {3, 5, 7})
+      for (int par = 0; par < 3; ++par, ++i) {
+        Schedule s = With(v, key, {{"par", par}, {"loop", i % 2}});
+        s.params[ti] = threads;
+        const Status st = CheckSchedule(s, key, wide);
+        ASSERT_TRUE(st.ok()) << key.ToString() << ": " << st.ToString();
+        Conv2dTester t;
+        t.key(key).bias(i % 2 == 0).packed_weights(i % 3 == 0).seed(i);
+        if (!t.Test(s)) return;
+      }
   }
 }
 

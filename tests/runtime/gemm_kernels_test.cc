@@ -204,7 +204,29 @@ void ConcurrentCallers(const KernelVariant& v) {
   for (auto& t : threads) t.join();
 }
 
+// Thread counts that are not powers of two (a budget of 6 or 12 CPUs runs them), more
+// threads than this host has: every split, both layouts of B, B packed ahead, and
+// rows or panels fewer than the threads.
+void OddThreadCounts(const KernelVariant& v) {
+  const int64_t mr = v.config.gemm.mr, nr = v.config.gemm.nr;
+  const std::vector<std::array<int64_t, 3>> shapes = {{37, 131, 29}, {3 * mr + 1, 5 * nr + 3, 64}, {mr - 1, 7 * nr, 17}};
+  int i = 0;
+  for (int threads : {3, 5, 7})
+    for (int par = 0; par < 3; ++par)
+      for (const auto& sh : shapes) {
+        const Schedule s = testing::With(
+            v, {{"mc", 2 * mr}, {"kc", 16}, {"nc", 2 * nr}, {"par", par}, {"threads", threads}});
+        GemmTester t;
+        t.shape(sh[0], sh[1], sh[2]).trans_b(i % 2).packed_weights(i % 3 == 0).beta(i % 2 ? 0.5f : 0.0f).seed(++i);
+        if (!t.Test(s)) return;
+      }
+}
+
 #define CG_KERNEL(isa, name, mr, nr)        \
+  TEST(name, OddThreadCounts) {             \
+    CG_REQUIRE_VARIANT(v, #name);           \
+    OddThreadCounts(*v);                    \
+  }                                         \
   TEST(name, EdgeShapes) {                  \
     CG_REQUIRE_VARIANT(v, #name);           \
     EdgeShapes(*v);                         \
@@ -326,7 +348,24 @@ void GemvConcurrentCallers(const KernelVariant& v) {
   for (auto& t : threads) t.join();
 }
 
+// 3, 5 and 7 threads (more than this host has), n ranges shorter than a block.
+void GemvOddThreadCounts(const KernelVariant& v) {
+  const bool tb = GemvTransB(v);
+  int seed = 0;
+  for (int threads : {3, 5, 7})
+    for (int64_t n : {5, 67, 301})
+      for (int64_t m : {int64_t{1}, cpu::GemvMaxM(tb)}) {
+        GemmTester t;
+        t.shape(m, n, 129).trans_b(tb).beta(seed % 2 ? 1.0f : 0.0f).seed(++seed);
+        if (!t.Test(testing::With(v, {{"threads", threads}, {tb ? "nj" : "nb", tb ? 4 : 64}}))) return;
+      }
+}
+
 #define CG_GEMV(isa, name, trans_b)         \
+  TEST(name, OddThreadCounts) {             \
+    CG_REQUIRE_VARIANT(v, #name);           \
+    GemvOddThreadCounts(*v);                \
+  }                                         \
   TEST(name, Shapes) {                      \
     CG_REQUIRE_VARIANT(v, #name);           \
     GemvShapes(*v);                         \
@@ -457,7 +496,24 @@ void GemvPackedRules(const KernelVariant& v) {
   }
 }
 
+// 3, 5 and 7 threads (more than this host has) over fewer or more panels than threads.
+void GemvPackedOddThreadCounts(const KernelVariant& v) {
+  const int64_t w = v.config.gemm.nr;
+  int seed = 0;
+  for (int threads : {3, 5, 7})
+    for (int64_t n : {2 * w + 1, 9 * w + 5})
+      for (int64_t m : {int64_t{1}, int64_t{4}, int64_t{cpu::kGemvPackedMaxM}}) {
+        GemmTester t;
+        t.shape(m, n, 75).trans_b(seed % 2).packed_weights(true).beta(0.5f).seed(++seed);
+        if (!t.Test(testing::With(v, {{"threads", threads}}))) return;
+      }
+}
+
 #define CG_GEMV_PACKED(isa, name, width) \
+  TEST(name, OddThreadCounts) {          \
+    CG_REQUIRE_VARIANT(v, #name);        \
+    GemvPackedOddThreadCounts(*v);       \
+  }                                      \
   TEST(name, Shapes) {                   \
     CG_REQUIRE_VARIANT(v, #name);        \
     GemvPackedShapes(*v);                \
@@ -563,6 +619,35 @@ TEST(CpuGemmTable, DefaultScheduleResolvesAndRuns) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_4x4__scalar");
   GemmTester().shape(33, 65, 17).beta(1.0f).Test(*s);
+}
+
+// A budget that is not a power of two is used whole where the work asks for it (a
+// budget of 6 ran 4 threads), the candidates the tuner measures first stay few: the
+// fitted count, the powers of two below the budget and the budget.
+TEST(CpuGemmTable, ThreadCountsUseABudgetThatIsNotAPowerOfTwo) {
+  DeviceInfo d = Host();
+  const auto within = [&](int budget, double wanted) {
+    d.threads = budget;
+    return cpu::ThreadsWithin(wanted, d);
+  };
+  EXPECT_EQ(within(6, 100), 6);
+  EXPECT_EQ(within(12, 100), 12);
+  EXPECT_EQ(within(9, 100), 8);
+  EXPECT_EQ(within(13, 100), 12);
+  EXPECT_EQ(within(1024, 1e9), 256);  // the thread pool's most
+  EXPECT_EQ(within(6, 2.5), 2);       // the work's count, rounded down
+  EXPECT_EQ(within(6, 0.3), 1);
+  for (int budget = 1; budget <= 256; ++budget)  // at least 80% of any budget
+    EXPECT_GE(within(budget, 1e9), 0.8 * budget) << budget;
+  d.threads = 6;
+  EXPECT_EQ(cpu::ThreadCountCandidates(d, 3), (std::vector<int32_t>{3, 1, 2, 4, 6}));
+  d.threads = 13;
+  EXPECT_EQ(cpu::ThreadCountCandidates(d, 12), (std::vector<int32_t>{12, 1, 2, 4, 8}));
+  d.threads = 2;
+  EXPECT_EQ(cpu::ThreadCountCandidates(d, 2), (std::vector<int32_t>{2, 1}));
+  CG_REQUIRE_VARIANT(v, "cpu_f32_gemm_6x16__avx2");
+  d.threads = 6;
+  EXPECT_EQ(VariantDefaultSchedule(*v, OpKey::Gemm(512, 512, 512), d).params[cpu::kParamThreads], 6);
 }
 
 // The own tiles' threads on keys with m <= kGemvMaxM: at least the small-m variants'

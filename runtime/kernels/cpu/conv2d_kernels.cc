@@ -168,8 +168,7 @@ std::vector<ParamValues> DirectCandidates(const KernelVariant& v, const OpKey& k
   if (at != ocb.begin()) with(kDirOcBlock, *(at - 1));
   if (at + 1 < ocb.end()) with(kDirOcBlock, *(at + 1));
   for (int32_t par : kConvParValues) with(kDirPar, par);
-  for (int32_t t : kGemmThreadValues)
-    if (t <= device.threads) with(kDirThreads, t);
+  for (int32_t t : ThreadCountCandidates(device, base[kDirThreads])) with(kDirThreads, t);
   return out;
 }
 

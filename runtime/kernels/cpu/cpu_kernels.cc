@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 
 #include <fmt/format.h>
 
@@ -123,10 +124,11 @@ int32_t ThreadsWithin(double threads, const DeviceInfo& device) {
   return out;
 }
 
-std::vector<int32_t> LibraryThreadCandidates(const DeviceInfo& device, int32_t first) {
+std::vector<int32_t> ThreadCountCandidates(const DeviceInfo& device, int32_t first) {
   std::vector<int32_t> out{first};
+  const int32_t all = ThreadsWithin(device.threads, device);
   for (int32_t t : kGemmThreadValues)
-    if (t <= device.threads && t != first) out.push_back(t);
+    if (t <= all && (std::has_single_bit(static_cast<uint32_t>(t)) || t == all) && t != first) out.push_back(t);
   return out;
 }
 

@@ -146,12 +146,9 @@ void OpenblasFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceI
 // AVX2 host; on an AVX-512 host oneDNN, ahead of it in the table, takes the
 // constant-weights ones it prefers).
 bool OpenblasPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
-// candidates: every threads <= device.threads, the fitted one first.
+// candidates: ThreadCountCandidates, the fitted count first.
 std::vector<ParamValues> OpenblasCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 #endif
 
-// Shared by both: kGemmThreadValues within the device budget, `first` (the variant's
-// fitted threads) first.
-std::vector<int32_t> LibraryThreadCandidates(const DeviceInfo& device, int32_t first);
 
 }  // namespace cliffguard::cpu

@@ -150,7 +150,7 @@ bool OpenblasPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, cons
 
 std::vector<ParamValues> OpenblasCandidates(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
   std::vector<ParamValues> out;
-  for (int32_t threads : LibraryThreadCandidates(device, ThreadsForWork(key, device))) {
+  for (int32_t threads : ThreadCountCandidates(device, ThreadsForWork(key, device))) {
     ParamValues p{};
     p[kOpenblasThreads] = threads;
     out.push_back(p);

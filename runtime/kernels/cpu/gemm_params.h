@@ -38,7 +38,11 @@ inline constexpr int32_t kGemmNcMultipliers[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 3
 inline constexpr int32_t kGemmKcValues[] = {16,  32,  48,  64,  96,  128, 160,  192,
                                             256, 320, 384, 512, 768, 1024, 1536, 2048};
 inline constexpr int32_t kGemmParValues[] = {0, 1, 2};
-inline constexpr int32_t kGemmThreadValues[] = {1, 2, 4, 8, 16, 32, 64};
+// Thread counts: every count to 8, then steps of at most a quarter, so a default
+// within a budget of 6, 12 or 24 CPUs runs on all of them (powers of two alone left
+// a third of such a machine idle), up to the thread pool's 256.
+inline constexpr int32_t kGemmThreadValues[] = {1,  2,  3,  4,  5,  6,  7,  8,   10,  12,  14,  16,  20,  24,
+                                                28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256};
 inline constexpr int32_t kGemmUnrollValues[] = {1, 2, 4, 8};
 inline constexpr int32_t kGemmPrefetchValues[] = {0, 2, 4, 8, 16};
 inline constexpr int32_t kGemmBoolValues[] = {0, 1};
@@ -91,6 +95,10 @@ inline constexpr int64_t kLargeWeightsElements = int64_t{1} << 21;
 
 // The largest of kGemmThreadValues within the device budget and `threads` (at least 1).
 int32_t ThreadsWithin(double threads, const DeviceInfo& device);
+// Thread counts the tuner measures first for a variant whose search is over threads
+// alone (the libraries) or that proposes other counts (conv2d direct): `first` (the
+// fitted count), the powers of two below the budget and the largest count within it.
+std::vector<int32_t> ThreadCountCandidates(const DeviceInfo& device, int32_t first);
 // The threads a call of this key gets by default (the own GEMM, GEMV and conv2d
 // variants, and OpenBLAS): ThreadsWithin one per kFlopsPerThread of the shape's work.
 int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device);

@@ -6,8 +6,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "kernels/cpu/gemm_library.h"  // LibraryThreadCandidates
-#include "kernels/cpu/gemm_params.h"   // ThreadsWithin, WeightElements
+#include "kernels/cpu/gemm_params.h"  // ThreadCountCandidates, ThreadsWithin, WeightElements
 
 // The OpenMP runtime oneDNN runs on (libgomp, linked beside it). Declared here
 // rather than through <omp.h>, which only some compilers ship.
@@ -69,7 +68,7 @@ int32_t FittedThreads(const OpKey& key, const DeviceInfo& device) {
 
 std::vector<int32_t> ThreadCandidates(const OpKey& key, const DeviceInfo& device) {
   std::vector<int32_t> out;
-  for (int32_t t : LibraryThreadCandidates(device, FittedThreads(key, device)))
+  for (int32_t t : ThreadCountCandidates(device, FittedThreads(key, device)))
     if (t == 1 || OmpWaitsPassively()) out.push_back(t);
   return out;
 }

@@ -86,7 +86,7 @@ inline constexpr double kOnednnWeightBytesPerThread = 768 << 10;
 // with passive OpenMP waiting; else 1.
 int32_t FittedThreads(const OpKey& key, const DeviceInfo& device);
 // The thread counts CheckThreads accepts on `device`, FittedThreads first
-// (LibraryThreadCandidates, gemm_library.h, less those > 1 without passive waiting).
+// (ThreadCountCandidates, gemm_params.h, less those > 1 without passive waiting).
 std::vector<int32_t> ThreadCandidates(const OpKey& key, const DeviceInfo& device);
 
 // Call before running `self` on `threads` OpenMP threads from the calling thread
