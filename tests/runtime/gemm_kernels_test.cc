@@ -262,8 +262,9 @@ void OddThreadCounts(const KernelVariant& v) {
 // The variant's layout of B (the one its supports() accepts).
 bool GemvTransB(const KernelVariant& v) { return VariantSupports(v, OpKey::Gemm(1, 8, 8, false, true), Host()).ok(); }
 
-Schedule GemvWith(const KernelVariant& v, int threads, int block) {
-  return With(v, {{"threads", threads}, {GemvTransB(v) ? "nj" : "nb", block}});
+Schedule GemvWith(const KernelVariant& v, int threads, int block, int order = 0) {
+  if (!GemvTransB(v)) return With(v, {{"threads", threads}, {"nb", block}});
+  return With(v, {{"threads", threads}, {"nj", block}, {"order", order}});
 }
 
 void GemvShapes(const KernelVariant& v) {
@@ -297,6 +298,22 @@ void GemvAlphaBetaAndBlocks(const KernelVariant& v) {
       t.shape(m, 300, 257).trans_b(tb).beta(0.5f).seed(uint32_t(block + m));
       if (!t.Test(GemvWith(v, TwoThreads(), block))) return;
     }
+}
+
+// nt defaults read each row of a tile whole on AMD CPUs for m <= 2 and rows of up
+// to 3 KiB; side by side elsewhere.
+TEST(CpuGemmTable, NtTilesReadShortRowsWholeOnAmd) {
+  CG_REQUIRE_VARIANT(v, "cpu_f32_gemv_nt__avx2");
+  DeviceInfo d = Host();
+  const auto order = [&](std::string_view vendor, int64_t m, int64_t k) {
+    d.vendor = std::string(vendor);
+    return VariantDefaultSchedule(*v, OpKey::Gemm(m, 512, k, false, true), d).params[cpu::kGemvOrder];
+  };
+  EXPECT_EQ(order(kCpuVendorAmd, 1, 64), 1);
+  EXPECT_EQ(order(kCpuVendorAmd, 2, 768), 1);  // 3 KiB rows
+  EXPECT_EQ(order(kCpuVendorAmd, 1, 769), 0);
+  EXPECT_EQ(order(kCpuVendorAmd, 3, 128), 0);
+  EXPECT_EQ(order(kCpuVendorIntel, 1, 64), 0);
 }
 
 // A small-m default takes a thread per kGemvBytesPerThread of B (a second one from
@@ -361,7 +378,28 @@ void GemvOddThreadCounts(const KernelVariant& v) {
       }
 }
 
+// nt: a tile's rows read side by side (order 0) or each whole in turn (order 1, with
+// 4 / m chains per row), for every nj, rows of A from 1 to 16, k with and without
+// whole chain steps and a partial vector, padded rows.
+void GemvNtOrders(const KernelVariant& v) {
+  int seed = 0;
+  for (int order = 0; order < 2; ++order)
+    for (int nj : {1, 2, 4, 8})
+      for (int64_t m : {1, 2, 3, 4, 16})
+        for (int64_t k : {1, 15, 64, 100, 129}) {
+          GemmTester t;
+          t.shape(m, 2 * nj + 3, k).trans_b(true).lda_pad(seed % 3).ldb_pad(seed % 2 * 5).beta(seed % 2 ? 0.5f : 0.0f);
+          t.seed(++seed);
+          if (!t.Test(GemvWith(v, TwoThreads(), nj, order))) return;
+        }
+}
+
 #define CG_GEMV(isa, name, trans_b)         \
+  TEST(name, NtOrders) {                    \
+    CG_REQUIRE_VARIANT(v, #name);           \
+    if (!(trans_b)) GTEST_SKIP() << "order is a parameter of the nt variants"; \
+    GemvNtOrders(*v);                       \
+  }                                         \
   TEST(name, OddThreadCounts) {             \
     CG_REQUIRE_VARIANT(v, #name);           \
     GemvOddThreadCounts(*v);                \

@@ -28,6 +28,7 @@ struct Avx2Traits {
   // accumulators on the stack and stored them every k step.
   static CG_INLINE void FmaAccPinned(V& acc, V a, V b) { asm("vfmadd231ps %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b)); }
   static CG_INLINE V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static CG_INLINE V Add(V a, V b) { return _mm256_add_ps(a, b); }
   static CG_INLINE void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
   static CG_INLINE V LoadN(const float* p, int n) { return _mm256_maskload_ps(p, Mask(n)); }
   static CG_INLINE void StoreN(float* p, V v, int n) { _mm256_maskstore_ps(p, Mask(n), v); }

@@ -29,6 +29,7 @@ struct Avx512Traits {
   // broadcast of A into their FMAs and ran 1.15-1.6x slower pinned at m = 4 and 8.
   static CG_INLINE void FmaAccPinned(V& acc, V a, V b) { asm("vfmadd231ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b)); }
   static CG_INLINE V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static CG_INLINE V Add(V a, V b) { return _mm512_add_ps(a, b); }
   static CG_INLINE void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static CG_INLINE V LoadN(const float* p, int n) { return _mm512_maskz_loadu_ps(Mask(n), p); }
   static CG_INLINE void StoreN(float* p, V v, int n) { _mm512_mask_storeu_ps(p, Mask(n), v); }

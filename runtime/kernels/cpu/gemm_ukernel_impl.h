@@ -36,6 +36,7 @@ struct ScalarTraits {
   static CG_INLINE void FmaAcc(V& acc, V a, V b) { acc = a * b + acc; }
   static CG_INLINE void FmaAccPinned(V& acc, V a, V b) { FmaAcc(acc, a, b); }
   static CG_INLINE V Mul(V a, V b) { return a * b; }
+  static CG_INLINE V Add(V a, V b) { return a + b; }
   static CG_INLINE void Store(float* p, V v) { *p = v; }
   static CG_INLINE V LoadN(const float* p, int n) { return n > 0 ? *p : 0.0f; }
   static CG_INLINE void StoreN(float* p, V v, int n) {

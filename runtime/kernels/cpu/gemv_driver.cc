@@ -103,6 +103,8 @@ void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
     // one pass where the registers allow (NTMaxRows).
     const bool wide = (v.isa & kIsaAvx512) != 0;
     p[kGemvBlock] = (wide ? key.m() <= 3 : key.m() == 1) ? 8 : wide || key.m() == 2 ? 4 : 2;
+    p[kGemvOrder] = device.vendor == kCpuVendorAmd && key.m() <= kGemvRowsWholeMaxM &&
+                    key.k() * int64_t(DTypeSize(key.dtype)) <= kGemvRowsWholeMaxBytes;
   } else {
     // A thread's whole rows of C when their m rows fit in 32 KiB of L1: B then streams
     // through once, front to back. Otherwise the widest block whose rows fit in 16 KiB.
@@ -122,6 +124,7 @@ template void GemvFitDefaults<true>(const KernelVariant&, const OpKey&, const De
 
 Status GemvF32(const GemmArgs& args, const ParamValues& p, void (*rows)(const GemvTask&)) {
   Job job{TaskOf(args, p[kGemvBlock]), rows, (args.n + 15) / 16, 16};
+  job.task.rows_whole = p[kGemvOrder] != 0;  // nt only: the nn variants' slot is 0
   RunJob(job, p[kGemvThreads]);
   return Status::Ok();
 }

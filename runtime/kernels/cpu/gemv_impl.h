@@ -9,7 +9,8 @@
 // elements of A in registers, so a C element is loaded and stored once per KU rows.
 // nt (B is n x k): a register tile of MI rows of A by NJ rows of B accumulates dot
 // products along k (contiguous in both), then reduces horizontally; for each tile of
-// NJ rows of B every group of MI rows of A passes, so B is read from memory once.
+// NJ rows of B every group of MI rows of A passes, so B is read from memory once. The
+// tile reads its rows side by side, or each whole in turn (`order`, gemv_params.h).
 // packed (either layout, constant weights): op(B) packed into panels of NV vectors'
 // columns, each k rows of the panel contiguous (GemvPanelPack); the m x NV-vector
 // tile of C stays in registers for all of k while its panel streams through once,
@@ -110,7 +111,27 @@ void NNRows(const GemvTask& t) {
   }
 }
 
-// C[i0:i0+MI, j:j+NJ] from rows i0.. of A and rows j.. of B.
+// C[i0:i0+MI, j:j+NJ] = alpha * (the lanes of acc summed) + beta * C.
+template <class T, int MI, int NJ>
+CG_INLINE void NTStore(const GemvTask& t, int i0, int64_t j, typename T::V (&acc)[MI][NJ]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < MI; ++i) {
+    float sums[NJ];
+    if constexpr (NJ == 8) {
+      T::Sum8(acc[i], sums);
+    } else {
+#pragma GCC unroll 8
+      for (int q = 0; q < NJ; ++q) sums[q] = T::Sum(acc[i][q]);
+    }
+    float* c = t.c + (i0 + i) * t.ldc + j;
+#pragma GCC unroll 8
+    for (int q = 0; q < NJ; ++q) c[q] = t.beta == 0.0f ? t.alpha * sums[q] : t.alpha * sums[q] + t.beta * c[q];
+  }
+}
+
+// C[i0:i0+MI, j:j+NJ] from rows i0.. of A and rows j.. of B: at each k step the NJ
+// rows side by side, or (t.rows_whole) each row whole before the next, so that rows
+// stored one after another are read as one sequential stream.
 template <class T, int MI, int NJ>
 CG_INLINE void NTTile(const GemvTask& t, int i0, int64_t j) {
   using V = typename T::V;
@@ -126,6 +147,45 @@ CG_INLINE void NTTile(const GemvTask& t, int i0, int64_t j) {
   const float* brow[NJ];
 #pragma GCC unroll 8
   for (int q = 0; q < NJ; ++q) brow[q] = t.b + (j + q) * t.ldb;
+  if (t.rows_whole) {
+    // U partial sums per row of A over alternate vectors of k, so that a row's FMAs
+    // do not all wait on one accumulator's latency.
+    constexpr int U = MI >= 4 ? 1 : 4 / MI;
+#pragma GCC unroll 8
+    for (int q = 0; q < NJ; ++q) {
+      int64_t p = 0;
+      if constexpr (U > 1) {
+        V part[MI][U];
+#pragma GCC unroll 8
+        for (int i = 0; i < MI; ++i)
+#pragma GCC unroll 4
+          for (int u = 0; u < U; ++u) part[i][u] = T::Zero();
+        for (; p + U * W <= t.k; p += U * W)
+#pragma GCC unroll 4
+          for (int u = 0; u < U; ++u) {
+            const V bv = T::Load(brow[q] + p + u * W);
+#pragma GCC unroll 8
+            for (int i = 0; i < MI; ++i) part[i][u] = T::Fma(T::Load(arow[i] + p + u * W), bv, part[i][u]);
+          }
+#pragma GCC unroll 8
+        for (int i = 0; i < MI; ++i)
+#pragma GCC unroll 4
+          for (int u = 0; u < U; ++u) acc[i][q] = T::Add(acc[i][q], part[i][u]);
+      }
+      for (; p + W <= t.k; p += W) {
+        const V bv = T::Load(brow[q] + p);
+#pragma GCC unroll 8
+        for (int i = 0; i < MI; ++i) acc[i][q] = T::Fma(T::Load(arow[i] + p), bv, acc[i][q]);
+      }
+      if (p < t.k) {
+        const int n = int(t.k - p);
+        const V bv = T::LoadN(brow[q] + p, n);
+#pragma GCC unroll 8
+        for (int i = 0; i < MI; ++i) acc[i][q] = T::Fma(T::LoadN(arow[i] + p, n), bv, acc[i][q]);
+      }
+    }
+    return NTStore<T, MI, NJ>(t, i0, j, acc);
+  }
   int64_t p = 0;
   for (; p + W <= t.k; p += W) {
     V av[MI];
@@ -150,19 +210,7 @@ CG_INLINE void NTTile(const GemvTask& t, int i0, int64_t j) {
       for (int i = 0; i < MI; ++i) acc[i][q] = T::Fma(av[i], bv, acc[i][q]);
     }
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < MI; ++i) {
-    float sums[NJ];
-    if constexpr (NJ == 8) {
-      T::Sum8(acc[i], sums);
-    } else {
-#pragma GCC unroll 8
-      for (int q = 0; q < NJ; ++q) sums[q] = T::Sum(acc[i][q]);
-    }
-    float* c = t.c + (i0 + i) * t.ldc + j;
-#pragma GCC unroll 8
-    for (int q = 0; q < NJ; ++q) c[q] = t.beta == 0.0f ? t.alpha * sums[q] : t.alpha * sums[q] + t.beta * c[q];
-  }
+  NTStore<T, MI, NJ>(t, i0, j, acc);
 }
 
 // The most rows of A a tile of NJ rows of B takes: MI * NJ accumulators, MI rows of

@@ -29,6 +29,7 @@ struct GemvTask {
   int64_t j0, j1;
   int block;
   int prefetch = 0;  // packed panels: software prefetch distance in k rows (0 = off)
+  bool rows_whole = false;  // nt tiles: each row of B read whole before the next (`order` 1)
 };
 
 using GemvRowsFn = void (*)(const GemvTask& task);

@@ -10,7 +10,8 @@
 namespace cliffguard::cpu {
 
 // Indices in ParamValues (declaration order of the kSpecs below).
-enum GemvParam : int { kGemvThreads = 0, kGemvBlock = 1, kGemvPrefetch = 2 };
+// kGemvOrder is the nt variants' third parameter, kGemvPrefetch the packed ones'.
+enum GemvParam : int { kGemvThreads = 0, kGemvBlock = 1, kGemvOrder = 2, kGemvPrefetch = 2 };
 
 // The largest m these variants run, by layout of B (measured, bench/RESULTS.md): nt
 // tiles keep B in L1/L2 while every row group of A passes, and beat the packed path
@@ -29,7 +30,17 @@ inline constexpr ParamSpec kGemvNNSpecs[] = {
 inline constexpr ParamSpec kGemvNTSpecs[] = {
     {"threads", kGemmThreadValues, 1, "threads (caller included), each a contiguous range of n; <= device threads"},
     {"nj", kGemvNjValues, 4, "rows of B (columns of C) per register tile; rows of A per tile: at most 4, as many as the registers hold"},
+    {"order", kGemmBoolValues, 0, "0 = a tile's rows of B read side by side at each k step; 1 = each row whole, then the next (one sequential stream where rows are stored one after another)"},
 };
+// The fitted `order` (nt): 1 on AMD CPUs for m <= 2 with rows of B up to 3 KiB. On
+// Zen 4, with B from memory, rows side by side defeat the hardware prefetchers when a
+// tile's rows share a few pages: reading each row whole took 1.1-2.6x less time at
+// m = 1 and 2 with rows of 256 B to 3 KiB, and was level at 4 KiB; with B in cache
+// (L2, L3) it took up to 1.4x more. At m = 4 the gain from memory (1.7-1.9x) came with
+// up to 1.9x the time in cache, so m > 2 keeps 0 (the tuner may choose 1). Intel hosts
+// keep 0 (not measured there). bench/RESULTS.md, "... the rows of an nt tile read whole".
+inline constexpr int64_t kGemvRowsWholeMaxBytes = 3 << 10;
+inline constexpr int64_t kGemvRowsWholeMaxM = 2;
 
 // The packed variants (CG_GEMV_PACKED rows): constant-weights keys with m at most
 // this, either layout of B (measured ahead of oneDNN up to m = 8, bench/RESULTS.md).
