@@ -263,8 +263,7 @@ void OddThreadCounts(const KernelVariant& v) {
 bool GemvTransB(const KernelVariant& v) { return VariantSupports(v, OpKey::Gemm(1, 8, 8, false, true), Host()).ok(); }
 
 Schedule GemvWith(const KernelVariant& v, int threads, int block, int order = 0) {
-  if (!GemvTransB(v)) return With(v, {{"threads", threads}, {"nb", block}});
-  return With(v, {{"threads", threads}, {"nj", block}, {"order", order}});
+  return With(v, {{"threads", threads}, {GemvTransB(v) ? "nj" : "nb", block}, {"order", order}});
 }
 
 void GemvShapes(const KernelVariant& v) {
@@ -316,12 +315,45 @@ TEST(CpuGemmTable, NtTilesReadShortRowsWholeOnAmd) {
   EXPECT_EQ(order(kCpuVendorIntel, 1, 64), 0);
 }
 
+// nn defaults keep a tile of C in registers for all of k on AMD CPUs where rows of B
+// are up to 1 KiB and a thread's columns fit the tile (AVX2, m = 1: 12 vectors).
+TEST(CpuGemmTable, NnTilesOfCStayInRegistersOnAmd) {
+  CG_REQUIRE_VARIANT(v, "cpu_f32_gemv_nn__avx2");
+  DeviceInfo d = Host();
+  d.threads = 1;
+  const auto order = [&](std::string_view vendor, int64_t m, int64_t n) {
+    d.vendor = std::string(vendor);
+    return VariantDefaultSchedule(*v, OpKey::Gemm(m, n, 2048), d).params[cpu::kGemvOrder];
+  };
+  EXPECT_EQ(order(kCpuVendorAmd, 1, 64), 1);
+  EXPECT_EQ(order(kCpuVendorAmd, 1, 96), 1);
+  EXPECT_EQ(order(kCpuVendorAmd, 1, 97), 0);   // 13 vectors
+  EXPECT_EQ(order(kCpuVendorAmd, 4, 16), 1);   // 2 vectors of 4 rows
+  EXPECT_EQ(order(kCpuVendorAmd, 4, 17), 0);
+  EXPECT_EQ(order(kCpuVendorIntel, 1, 64), 0);
+  CG_REQUIRE_VARIANT(w, "cpu_f32_gemv_nn__avx512");
+  d.vendor = std::string(kCpuVendorAmd);
+  EXPECT_EQ(VariantDefaultSchedule(*w, OpKey::Gemm(1, 256, 2048), d).params[cpu::kGemvOrder], 1);  // 1 KiB rows
+  d.threads = 2;
+  EXPECT_EQ(VariantDefaultSchedule(*w, OpKey::Gemm(1, 512, 2048), d).params[cpu::kGemvOrder], 0);  // 2 KiB rows
+  // Threads: one where n fits the tile, else the bytes rule and the tile per thread.
+  d.threads = 8;
+  const Schedule one = VariantDefaultSchedule(*w, OpKey::Gemm(1, 256, 2048), d);
+  EXPECT_EQ(one.params[cpu::kGemvThreads], 1);
+  EXPECT_EQ(one.params[cpu::kGemvOrder], 1);
+  const Schedule split = VariantDefaultSchedule(*w, OpKey::Gemm(4, 128, 2048), d);  // a tile of 6 vectors at m = 4
+  EXPECT_EQ(split.params[cpu::kGemvThreads], 8);
+  EXPECT_EQ(split.params[cpu::kGemvOrder], 1);
+}
+
 // A small-m default takes a thread per kGemvBytesPerThread of B (a second one from
-// 128 KiB), within the budget.
+// 128 KiB), within the budget (on an Intel host: AMD ones run nn rows of up to 1 KiB
+// on one thread, NnTilesOfCStayInRegistersOnAmd).
 void GemvDefaultThreads(const KernelVariant& v, bool constant_weights) {
   const bool tb = GemvTransB(v) || constant_weights;
   DeviceInfo d = Host();
   d.threads = 8;
+  d.vendor = std::string(kCpuVendorIntel);
   const auto threads = [&](int64_t n, int64_t k) {
     OpKey key = OpKey::Gemm(1, n, k, false, tb);
     key.constant_weights = constant_weights;
@@ -378,27 +410,33 @@ void GemvOddThreadCounts(const KernelVariant& v) {
       }
 }
 
-// nt: a tile's rows read side by side (order 0) or each whole in turn (order 1, with
-// 4 / m chains per row), for every nj, rows of A from 1 to 16, k with and without
-// whole chain steps and a partial vector, padded rows.
-void GemvNtOrders(const KernelVariant& v) {
+// Both orders. nt: a tile's rows read side by side (0) or each whole in turn (1, with
+// 4 / m partial sums per row), every nj, m from 1 to 16, k with and without whole
+// chain steps and a partial vector. nn: steps of rows (0) or a tile of C in registers
+// for all of k (1), n across the tile's widths (a partial vector, several tiles), k
+// odd and even (two sets of partial sums over alternate rows). Padded rows.
+void GemvOrders(const KernelVariant& v) {
+  const bool tb = GemvTransB(v);
   int seed = 0;
+  const std::vector<int> blocks = tb ? std::vector<int>{1, 2, 4, 8} : std::vector<int>{64};
+  const std::vector<int64_t> ms = tb ? std::vector<int64_t>{1, 2, 3, 4, 16} : std::vector<int64_t>{1, 2, 3, 4};
+  const std::vector<int64_t> ns = tb ? std::vector<int64_t>{0} : std::vector<int64_t>{1, 15, 17, 100, 129, 200, 301};
   for (int order = 0; order < 2; ++order)
-    for (int nj : {1, 2, 4, 8})
-      for (int64_t m : {1, 2, 3, 4, 16})
-        for (int64_t k : {1, 15, 64, 100, 129}) {
-          GemmTester t;
-          t.shape(m, 2 * nj + 3, k).trans_b(true).lda_pad(seed % 3).ldb_pad(seed % 2 * 5).beta(seed % 2 ? 0.5f : 0.0f);
-          t.seed(++seed);
-          if (!t.Test(GemvWith(v, TwoThreads(), nj, order))) return;
-        }
+    for (int block : blocks)
+      for (int64_t m : ms)
+        for (int64_t n : ns)
+          for (int64_t k : {1, 15, 64, 100, 129}) {
+            GemmTester t;
+            t.shape(m, tb ? 2 * block + 3 : n, k).trans_b(tb).lda_pad(seed % 3).ldb_pad(seed % 2 * 5);
+            t.beta(seed % 2 ? 0.5f : 0.0f).alpha(seed % 5 == 0 ? -1.5f : 1.0f).seed(++seed);
+            if (!t.Test(GemvWith(v, TwoThreads(), block, order))) return;
+          }
 }
 
 #define CG_GEMV(isa, name, trans_b)         \
-  TEST(name, NtOrders) {                    \
+  TEST(name, Orders) {                      \
     CG_REQUIRE_VARIANT(v, #name);           \
-    if (!(trans_b)) GTEST_SKIP() << "order is a parameter of the nt variants"; \
-    GemvNtOrders(*v);                       \
+    GemvOrders(*v);                         \
   }                                         \
   TEST(name, OddThreadCounts) {             \
     CG_REQUIRE_VARIANT(v, #name);           \

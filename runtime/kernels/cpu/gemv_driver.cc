@@ -106,9 +106,18 @@ void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
     p[kGemvOrder] = device.vendor == kCpuVendorAmd && key.m() <= kGemvRowsWholeMaxM &&
                     key.k() * int64_t(DTypeSize(key.dtype)) <= kGemvRowsWholeMaxBytes;
   } else {
+    // Rows of B up to kGemvNNRowsWholeMaxBytes on AMD: a tile of C in registers where
+    // a thread's columns fit it, on one thread where all of n does (threads splitting
+    // such short rows read each other's lines).
+    const bool wide = (v.isa & kIsaAvx512) != 0;
+    const int64_t tile = int64_t{GemvNNWholeVectors(wide ? 32 : 16, key.m())} * (wide ? 16 : 8);
+    const bool short_rows = device.vendor == kCpuVendorAmd && key.m() <= GemvMaxM(false) &&
+                            key.n() * int64_t(DTypeSize(key.dtype)) <= kGemvNNRowsWholeMaxBytes;
+    if (short_rows && key.n() <= tile) p[kGemvThreads] = 1;
+    const int64_t cols = (key.n() + p[kGemvThreads] - 1) / p[kGemvThreads];
+    p[kGemvOrder] = short_rows && cols <= tile;
     // A thread's whole rows of C when their m rows fit in 32 KiB of L1: B then streams
     // through once, front to back. Otherwise the widest block whose rows fit in 16 KiB.
-    const int64_t cols = (key.n() + threads - 1) / threads;
     for (int32_t nb : kGemvNbValues)
       if (key.m() * nb * 4 <= (16 << 10)) p[kGemvBlock] = nb;
     if (key.m() * cols * 4 <= (32 << 10))
@@ -124,7 +133,7 @@ template void GemvFitDefaults<true>(const KernelVariant&, const OpKey&, const De
 
 Status GemvF32(const GemmArgs& args, const ParamValues& p, void (*rows)(const GemvTask&)) {
   Job job{TaskOf(args, p[kGemvBlock]), rows, (args.n + 15) / 16, 16};
-  job.task.rows_whole = p[kGemvOrder] != 0;  // nt only: the nn variants' slot is 0
+  job.task.rows_whole = p[kGemvOrder] != 0;
   RunJob(job, p[kGemvThreads]);
   return Status::Ok();
 }

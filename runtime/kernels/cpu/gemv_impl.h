@@ -7,6 +7,8 @@
 // nn (B is k x n): C rows stay in L1/L2 for a block of `block` columns while B
 // streams through row by row; each step keeps KU rows of B and M*KU broadcast
 // elements of A in registers, so a C element is loaded and stored once per KU rows.
+// Or (`order` 1, m <= 4) a tile of C stays in registers for all of k while each row's
+// columns of the tile are read whole, row after row (GemvNNWholeVectors wide).
 // nt (B is n x k): a register tile of MI rows of A by NJ rows of B accumulates dot
 // products along k (contiguous in both), then reduces horizontally; for each tile of
 // NJ rows of B every group of MI rows of A passes, so B is read from memory once. The
@@ -98,8 +100,75 @@ CG_INLINE void NNStep(const GemvTask& t, int64_t p0, int64_t jb, int64_t w) {
   }
 }
 
+// acc[0:M][0:JV] += A[0:M, p] * the row of B at r (its last vector `tail` wide).
+template <class T, int M, int JV>
+CG_INLINE void NNWholeRow(const GemvTask& t, const float* r, int64_t p, int tail, typename T::V (&acc)[M][JV]) {
+  using V = typename T::V;
+  constexpr int W = T::kWidth;
+  V a[M];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) a[i] = T::Bcast(t.a + i * t.lda + p);
+#pragma GCC unroll 16
+  for (int v = 0; v < JV; ++v) {
+    const V bv = v < JV - 1 || tail == W ? T::Load(r + v * W) : T::LoadN(r + v * W, tail);
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) acc[i][v] = T::Fma(a[i], bv, acc[i][v]);
+  }
+}
+
+// C[0:M, jb:jb+w] with w in ((JV - 1) * W, JV * W]: the M x JV tile of C stays in
+// registers for all of k while each row's w columns of B are read whole, row after
+// row.
+template <class T, int M, int JV>
+void NNRowsWholeBlock(const GemvTask& t, int64_t jb, int64_t w) {
+  using V = typename T::V;
+  constexpr int W = T::kWidth;
+  const int tail = int(w - (JV - 1) * W);
+  V acc[M][JV];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i)
+#pragma GCC unroll 16
+    for (int v = 0; v < JV; ++v) acc[i][v] = T::Zero();
+  for (int64_t p = 0; p < t.k; ++p) NNWholeRow<T, M, JV>(t, t.b + jb + p * t.ldb, p, tail, acc);
+  const V alpha = T::Set1(t.alpha), beta = T::Set1(t.beta);
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+    float* c = t.c + i * t.ldc + jb;
+#pragma GCC unroll 16
+    for (int v = 0; v < JV; ++v) {
+      V r = T::Mul(alpha, acc[i][v]);
+      const int n = v == JV - 1 ? tail : W;
+      if (t.beta != 0.0f) r = T::Fma(beta, n == W ? T::Load(c + v * W) : T::LoadN(c + v * W, n), r);
+      if (n == W) T::Store(c + v * W, r);
+      else T::StoreN(c + v * W, r, n);
+    }
+  }
+}
+
+// The block of JV vectors for jv in [JV, SV].
+template <class T, int M, int JV, int SV>
+CG_INLINE void NNRowsWholeWidth(const GemvTask& t, int64_t jb, int64_t w, int jv) {
+  if constexpr (JV < SV) {
+    if (jv > JV) return NNRowsWholeWidth<T, M, JV + 1, SV>(t, jb, w, jv);
+  }
+  NNRowsWholeBlock<T, M, JV>(t, jb, w);
+}
+
+template <class T, int M>
+void NNRowsWhole(const GemvTask& t) {
+  constexpr int SV = GemvNNWholeVectors(kVectorRegs<T>, M);
+  constexpr int W = T::kWidth;
+  for (int64_t jb = t.j0; jb < t.j1; jb += SV * W) {
+    const int64_t w = std::min<int64_t>(SV * W, t.j1 - jb);
+    NNRowsWholeWidth<T, M, 1, SV>(t, jb, w, int((w + W - 1) / W));
+  }
+}
+
 template <class T, int M>
 void NNRows(const GemvTask& t) {
+  if constexpr (M <= 4) {
+    if (t.rows_whole) return NNRowsWhole<T, M>(t);
+  }
   constexpr int KU = NNStepRows<T, M>();
   const int64_t nb = std::max<int64_t>(T::kWidth, t.block);
   for (int64_t jb = t.j0; jb < t.j1; jb += nb) {

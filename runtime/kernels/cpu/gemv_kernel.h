@@ -29,10 +29,18 @@ struct GemvTask {
   int64_t j0, j1;
   int block;
   int prefetch = 0;  // packed panels: software prefetch distance in k rows (0 = off)
-  bool rows_whole = false;  // nt tiles: each row of B read whole before the next (`order` 1)
+  bool rows_whole = false;  // `order` 1: each row of B (nt) or of a C tile's columns (nn) read whole
 };
 
 using GemvRowsFn = void (*)(const GemvTask& task);
+
+// The vectors of C an nn rows-whole tile holds (`order` 1): m x that many
+// accumulators, m broadcasts of A and a vector of B within `vector_regs` registers
+// (two to spare: AVX2's partial loads take a mask register), at most 16.
+constexpr int GemvNNWholeVectors(int vector_regs, int64_t m) {
+  const int64_t v = (vector_regs - 3 - m) / m;
+  return v < 1 ? 1 : v > 16 ? 16 : static_cast<int>(v);
+}
 
 #define CG_GEMV(isa, name, trans_b) void name##_rows(const GemvTask& task);
 #define CG_GEMV_PACKED(isa, name, width) void name##_panels(const GemvTask& task);

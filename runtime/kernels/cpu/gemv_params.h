@@ -10,7 +10,7 @@
 namespace cliffguard::cpu {
 
 // Indices in ParamValues (declaration order of the kSpecs below).
-// kGemvOrder is the nt variants' third parameter, kGemvPrefetch the packed ones'.
+// kGemvOrder is the nn and nt variants' third parameter, kGemvPrefetch the packed ones'.
 enum GemvParam : int { kGemvThreads = 0, kGemvBlock = 1, kGemvOrder = 2, kGemvPrefetch = 2 };
 
 // The largest m these variants run, by layout of B (measured, bench/RESULTS.md): nt
@@ -26,6 +26,7 @@ inline constexpr int32_t kGemvNjValues[] = {1, 2, 4, 8};
 inline constexpr ParamSpec kGemvNNSpecs[] = {
     {"threads", kGemmThreadValues, 1, "threads (caller included), each a contiguous range of n; <= device threads"},
     {"nb", kGemvNbValues, 1024, "columns of C per block, kept in L1/L2 while all k rows of B stream through"},
+    {"order", kGemmBoolValues, 0, "0 = steps of several rows of B, C reloaded per step; 1 (m <= 4) = a tile of C in registers for all of k, each row's columns read whole (nb unused)"},
 };
 inline constexpr ParamSpec kGemvNTSpecs[] = {
     {"threads", kGemmThreadValues, 1, "threads (caller included), each a contiguous range of n; <= device threads"},
@@ -41,6 +42,15 @@ inline constexpr ParamSpec kGemvNTSpecs[] = {
 // keep 0 (not measured there). bench/RESULTS.md, "... the rows of an nt tile read whole".
 inline constexpr int64_t kGemvRowsWholeMaxBytes = 3 << 10;
 inline constexpr int64_t kGemvRowsWholeMaxM = 2;
+// The fitted `order` (nn): 1 on AMD CPUs when rows of B are up to this many bytes and
+// a thread's columns fit one register tile (GemvNNWholeVectors): the tile of C then
+// stays in registers for all of k and B is read row after row. Where all of n fits
+// the tile the call takes one thread: two threads splitting such rows took up to 2.8x
+// the time of one. On Zen 4 it took 1.4-2.6x less time than before from memory at
+// n = 32 to 256 (decode attention's scores x V has n = the head's width); with a
+// thread's share of 2 KiB rows (n = 512 on 2 threads) it took 1.2x more. Intel hosts
+// keep 0 (not measured there). bench/RESULTS.md, "... nn tiles of C kept in registers".
+inline constexpr int64_t kGemvNNRowsWholeMaxBytes = 1 << 10;
 
 // The packed variants (CG_GEMV_PACKED rows): constant-weights keys with m at most
 // this, either layout of B (measured ahead of oneDNN up to m = 8, bench/RESULTS.md).
