@@ -6,15 +6,15 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <fstream>
-#include <sstream>
-#include <vector>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -195,7 +195,8 @@ std::string UnescapeMountPath(std::string_view s) {
 double CgroupDirLimit(const std::string& dir, bool v2) {
   int64_t quota = 0, period = 0;
   if (v2) {
-    const auto fields = SplitOn(ReadSmallFile(dir + "/cpu.max"), ' ');
+    const std::string text = ReadSmallFile(dir + "/cpu.max");  // the fields view it
+    const auto fields = SplitOn(text, ' ');
     if (fields.size() != 2 || !ParsePositive(fields[0], quota) || !ParsePositive(fields[1], period)) return 0;
   } else if (!ParsePositive(ReadSmallFile(dir + "/cpu.cfs_quota_us"), quota) ||
              !ParsePositive(ReadSmallFile(dir + "/cpu.cfs_period_us"), period)) {
