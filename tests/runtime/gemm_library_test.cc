@@ -347,18 +347,25 @@ bool TileRuleHolds(const OpKey& key, const DeviceInfo& d) {
   return (d.vendor == "GenuineIntel" && key.n() >= 512) || (d.threads > 1 && key.Flops() < 80e6);
 }
 
-// oneDNN's device and weights condition: constant weights, AVX-512, and the thread
-// budget usable (one thread, or passive OpenMP waiting).
+// oneDNN's device and weights condition: AVX-512 and the thread budget usable (one
+// thread, or passive OpenMP waiting); constant weights, or per-call weights of a large
+// key on an AMD host where oneDNN's fitted threads are at least the own rule's
+// (ThreadsForWork).
 bool OnednnRuleHolds(const OpKey& key, const DeviceInfo& d) {
-  return key.constant_weights && (d.isa & kIsaAvx512) && (d.threads == 1 || testing::OmpWaitsPassively());
+  if (!(d.isa & kIsaAvx512) || !(d.threads == 1 || testing::OmpWaitsPassively())) return false;
+  if (key.constant_weights) return true;
+  const KernelVariant* v = FindKernelVariant("cpu_f32_gemm_onednn");
+  return d.vendor == "AuthenticAMD" && ShapeClassOf(key) == ShapeClass::kLarge && v &&
+         VariantDefaultSchedule(*v, key, d).params[v->ParamIndex("threads")] >= cpu::ThreadsForWork(key, d);
 }
 
 // The measured rule for large keys (cpu_kernels.cc, gemm_params.h, gemm_library.h):
 // the own 8x32 tile for wide constant-weights keys on an Intel AVX-512 host and for
 // those of less than 80 MFLOP on more than one thread; else
-// oneDNN's matmul with its weights reordered once for constant-weights keys on an
-// AVX-512 host where it may use the thread budget; OpenBLAS for every other large
-// key. Checked on the host, the same host seen as AVX2-only and with one thread, each
+// oneDNN's matmul on an AVX-512 host where it may use the thread budget, with its
+// weights reordered once for constant-weights keys, and as stored for per-call keys on
+// an AMD host where it runs as many threads as the own rule; OpenBLAS for every other
+// large key. Checked on the host, the same host seen as AVX2-only and with one thread, each
 // as an Intel and as an AMD CPU, on wide and narrow keys.
 TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
   const bool onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr;
@@ -384,7 +391,8 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
         const char* want = want_onednn ? "cpu_f32_gemm_onednn" : openblas ? "cpu_f32_gemm_openblas" : nullptr;
         if (!want) continue;  // oneDNN only, and not preferred here: the own kernels
         EXPECT_STREQ(s->variant->name, want) << s->ToString();
-        if (want_onednn) EXPECT_EQ(s->params[s->variant->ParamIndex("reorder_b")], 1) << s->ToString();
+        if (want_onednn)
+          EXPECT_EQ(s->params[s->variant->ParamIndex("reorder_b")], key.constant_weights ? 1 : 0) << s->ToString();
       }
 }
 

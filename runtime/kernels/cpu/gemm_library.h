@@ -82,8 +82,17 @@ Status OnednnCheck(const KernelVariant& v, const OpKey& key, const ParamValues& 
 // 1 without passive OpenMP waiting; reorder_b = 1 for constant weights (reordered
 // once, by the plan), else 0.
 void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
-// preferred_default(): constant-weights keys on an AVX-512 host, where oneDNN may use
-// the thread budget (one thread, or passive OpenMP waiting), with m at least
+// preferred_default(), on an AVX-512 host where oneDNN may use the thread budget (one
+// thread, or passive OpenMP waiting):
+// - per-call keys of the large class on an AMD host, where oneDNN's fitted threads are
+//   at least the own rule's (ThreadsForWork, what OpenBLAS, the default there before,
+//   runs): on Zen 4, paired, the serving set's 84 large rows (BERT, 7B-class, ResNet-50
+//   as GEMM, both layouts, 1 and 2 threads) took 1.06-2.43x as long on OpenBLAS, and
+//   mid-size keys (2.6 to 33 MFLOP) 1.01-1.36x on one thread; on two, below about 20
+//   MFLOP oneDNN's one thread took 1.04-1.41x OpenBLAS's two, which the thread
+//   condition leaves to OpenBLAS (bench/RESULTS.md, "... per-call large keys"). On the
+//   Intel host OpenBLAS measured ahead with B as stored ("Large nn ..."), and keeps them;
+// - constant-weights keys with m at least
 // OnednnDefaultMinM, n > 16 and m*n*k > 2^21: the large class, and decode steps of 9
 // to 16 tokens on one thread or with weights of at least 2^21 elements (8 MiB), of 16
 // on more threads with smaller weights. Measured ahead of OpenBLAS and the own

@@ -183,8 +183,10 @@ void OnednnFitDefaults(const KernelVariant& /*v*/, const OpKey& key, const Devic
 }
 
 bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
-  if (!key.constant_weights || (device.isa & kIsaAvx512) == 0 || !(device.threads == 1 || onednn::OmpWaitsPassively()))
-    return false;
+  if ((device.isa & kIsaAvx512) == 0 || !(device.threads == 1 || onednn::OmpWaitsPassively())) return false;
+  if (!key.constant_weights)
+    return device.vendor == kCpuVendorAmd && ShapeClassOf(key) == ShapeClass::kLarge &&
+           onednn::FittedThreads(key, device) >= ThreadsForWork(key, device);
   if (GemmTileDefault(key, device)) return false;  // the own tiles' (gemm_params.h)
   const GemmView g = GemmViewOf(key);
   return g.m >= OnednnDefaultMinM(device.threads, g.n, g.k) && g.n > 16 &&
