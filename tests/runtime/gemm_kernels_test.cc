@@ -316,7 +316,8 @@ TEST(CpuGemmTable, NtTilesReadShortRowsWholeOnAmd) {
 }
 
 // nn defaults keep a tile of C in registers for all of k on AMD CPUs where rows of B
-// are up to 1 KiB and a thread's columns fit the tile (AVX2, m = 1: 12 vectors).
+// are up to 1 KiB and a thread's columns fit the tile (AVX2, m = 1: 12 vectors); with
+// more threads than one they split k where all of n fits it.
 TEST(CpuGemmTable, NnTilesOfCStayInRegistersOnAmd) {
   CG_REQUIRE_VARIANT(v, "cpu_f32_gemv_nn__avx2");
   DeviceInfo d = Host();
@@ -336,24 +337,23 @@ TEST(CpuGemmTable, NnTilesOfCStayInRegistersOnAmd) {
   EXPECT_EQ(VariantDefaultSchedule(*w, OpKey::Gemm(1, 256, 2048), d).params[cpu::kGemvOrder], 1);  // 1 KiB rows
   d.threads = 2;
   EXPECT_EQ(VariantDefaultSchedule(*w, OpKey::Gemm(1, 512, 2048), d).params[cpu::kGemvOrder], 0);  // 2 KiB rows
-  // Threads: one where n fits the tile, else the bytes rule and the tile per thread.
+  // More threads: they split k where all of n fits the tile, else n with the tile per
+  // thread.
   d.threads = 8;
-  const Schedule one = VariantDefaultSchedule(*w, OpKey::Gemm(1, 256, 2048), d);
-  EXPECT_EQ(one.params[cpu::kGemvThreads], 1);
-  EXPECT_EQ(one.params[cpu::kGemvOrder], 1);
-  const Schedule split = VariantDefaultSchedule(*w, OpKey::Gemm(4, 128, 2048), d);  // a tile of 6 vectors at m = 4
-  EXPECT_EQ(split.params[cpu::kGemvThreads], 8);
-  EXPECT_EQ(split.params[cpu::kGemvOrder], 1);
+  const Schedule by_k = VariantDefaultSchedule(*w, OpKey::Gemm(1, 256, 2048), d);
+  EXPECT_EQ(by_k.params[cpu::kGemvThreads], 8);
+  EXPECT_EQ(by_k.params[cpu::kGemvOrder], cpu::kGemvNNTileSplitK);
+  const Schedule by_n = VariantDefaultSchedule(*w, OpKey::Gemm(4, 128, 2048), d);  // a tile of 6 vectors at m = 4
+  EXPECT_EQ(by_n.params[cpu::kGemvThreads], 8);
+  EXPECT_EQ(by_n.params[cpu::kGemvOrder], cpu::kGemvNNTile);
 }
 
 // A small-m default takes a thread per kGemvBytesPerThread of B (a second one from
-// 128 KiB), within the budget (on an Intel host: AMD ones run nn rows of up to 1 KiB
-// on one thread, NnTilesOfCStayInRegistersOnAmd).
+// 128 KiB), within the budget.
 void GemvDefaultThreads(const KernelVariant& v, bool constant_weights) {
   const bool tb = GemvTransB(v) || constant_weights;
   DeviceInfo d = Host();
   d.threads = 8;
-  d.vendor = std::string(kCpuVendorIntel);
   const auto threads = [&](int64_t n, int64_t k) {
     OpKey key = OpKey::Gemm(1, n, k, false, tb);
     key.constant_weights = constant_weights;
@@ -397,31 +397,35 @@ void GemvConcurrentCallers(const KernelVariant& v) {
   for (auto& t : threads) t.join();
 }
 
-// 3, 5 and 7 threads (more than this host has), n ranges shorter than a block.
+// 3, 5 and 7 threads (more than this host has), n ranges shorter than a block; nn
+// also with threads splitting k (order 2), k of fewer rows than threads.
 void GemvOddThreadCounts(const KernelVariant& v) {
   const bool tb = GemvTransB(v);
   int seed = 0;
   for (int threads : {3, 5, 7})
     for (int64_t n : {5, 67, 301})
-      for (int64_t m : {int64_t{1}, cpu::GemvMaxM(tb)}) {
-        GemmTester t;
-        t.shape(m, n, 129).trans_b(tb).beta(seed % 2 ? 1.0f : 0.0f).seed(++seed);
-        if (!t.Test(testing::With(v, {{"threads", threads}, {tb ? "nj" : "nb", tb ? 4 : 64}}))) return;
-      }
+      for (int64_t m : {int64_t{1}, cpu::GemvMaxM(tb)})
+        for (int order : {0, 1, 2}) {
+          if (tb && order == 2) continue;
+          GemmTester t;
+          t.shape(m, n, seed % 4 == 0 ? 4 : 129).trans_b(tb).beta(seed % 2 ? 1.0f : 0.0f).seed(++seed);
+          if (!t.Test(testing::With(v, {{"threads", threads}, {tb ? "nj" : "nb", tb ? 4 : 64}, {"order", order}})))
+            return;
+        }
 }
 
-// Both orders. nt: a tile's rows read side by side (0) or each whole in turn (1, with
+// Every order. nt: a tile's rows read side by side (0) or each whole in turn (1, with
 // 4 / m partial sums per row), every nj, m from 1 to 16, k with and without whole
-// chain steps and a partial vector. nn: steps of rows (0) or a tile of C in registers
-// for all of k (1), n across the tile's widths (a partial vector, several tiles), k
-// odd and even (two sets of partial sums over alternate rows). Padded rows.
+// chain steps and a partial vector. nn: steps of rows (0), a tile of C in registers
+// for all of k (1), the same with threads splitting k (2; k = 1 leaves a thread no
+// rows), n across the tile's widths (a partial vector, several tiles). Padded rows.
 void GemvOrders(const KernelVariant& v) {
   const bool tb = GemvTransB(v);
   int seed = 0;
   const std::vector<int> blocks = tb ? std::vector<int>{1, 2, 4, 8} : std::vector<int>{64};
   const std::vector<int64_t> ms = tb ? std::vector<int64_t>{1, 2, 3, 4, 16} : std::vector<int64_t>{1, 2, 3, 4};
   const std::vector<int64_t> ns = tb ? std::vector<int64_t>{0} : std::vector<int64_t>{1, 15, 17, 100, 129, 200, 301};
-  for (int order = 0; order < 2; ++order)
+  for (int order = 0; order < (tb ? 2 : 3); ++order)
     for (int block : blocks)
       for (int64_t m : ms)
         for (int64_t n : ns)

@@ -1,6 +1,6 @@
 // The small-m GEMM driver (ISA-free): transposed A gathered into rows, n split
 // across threads in 16-column-aligned ranges, each range handed to the variant's
-// row kernel.
+// row kernel; or (nn `order` 2) k split across threads, their partial sums added.
 #include <algorithm>
 #include <cstdlib>
 #include <vector>
@@ -64,6 +64,52 @@ GemvTask TaskOf(const GemmArgs& args, int block) {
   return t;
 }
 
+// Threads splitting k: thread t of nt sums its contiguous run of rows of B into its
+// m x n slice of `partial` (alpha 1, beta 0); the caller then adds the slices.
+struct SplitKJob {
+  GemvTask task;
+  void (*rows)(const GemvTask&);
+  float* partial;
+};
+
+void RunSplitKRange(void* ctx, int tid, int nt) {
+  const SplitKJob& job = *static_cast<const SplitKJob*>(ctx);
+  const GemvTask& all = job.task;
+  const int64_t q = all.k / nt, r = all.k % nt;
+  const int64_t p0 = tid * q + std::min<int64_t>(tid, r), p1 = p0 + q + (tid < r ? 1 : 0);
+  GemvTask t = all;
+  t.a = all.a + p0;
+  t.b = all.b + p0 * all.ldb;
+  t.k = p1 - p0;
+  t.c = job.partial + int64_t{tid} * all.m * all.j1;
+  t.ldc = all.j1;
+  t.alpha = 1.0f;
+  t.beta = 0.0f;
+  if (t.k > 0) job.rows(t);
+  else std::fill(t.c, t.c + all.m * all.j1, 0.0f);
+}
+
+thread_local ThreadScratch tls_partial;  // the split-k slices of a call
+
+Status GemvSplitK(const Job& job, int32_t threads) {
+  const GemvTask& all = job.task;
+  const int64_t slice = all.m * all.j1;
+  const int nt = static_cast<int>(std::clamp<int64_t>(std::min<int64_t>(threads, all.k), 1, ThreadPool::kMaxThreads));
+  float* partial = tls_partial.Get(nt * slice);
+  if (partial == nullptr)
+    return Internal(fmt::format("gemv: cannot allocate {} bytes of split-k scratch", nt * slice * int64_t{sizeof(float)}));
+  SplitKJob sk{all, job.rows, partial};
+  const int granted = ThreadPool::Global().Run(nt, &RunSplitKRange, &sk);
+  for (int64_t i = 0; i < all.m; ++i)
+    for (int64_t j = 0; j < all.j1; ++j) {
+      float sum = 0.0f;
+      for (int t = 0; t < granted; ++t) sum += partial[t * slice + i * all.j1 + j];
+      float& c = all.c[i * all.ldc + j];
+      c = all.beta == 0.0f ? all.alpha * sum : all.alpha * sum + all.beta * c;
+    }
+  return Status::Ok();
+}
+
 void RunJob(Job& job, int32_t threads) {
   const int nt = static_cast<int>(std::clamp<int64_t>(std::min<int64_t>(threads, job.units), 1, ThreadPool::kMaxThreads));
   ThreadPool::Global().Run(nt, &RunRange, &job);
@@ -106,16 +152,18 @@ void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
     p[kGemvOrder] = device.vendor == kCpuVendorAmd && key.m() <= kGemvRowsWholeMaxM &&
                     key.k() * int64_t(DTypeSize(key.dtype)) <= kGemvRowsWholeMaxBytes;
   } else {
-    // Rows of B up to kGemvNNRowsWholeMaxBytes on AMD: a tile of C in registers where
-    // a thread's columns fit it, on one thread where all of n does (threads splitting
-    // such short rows read each other's lines).
+    // Rows of B up to kGemvNNRowsWholeMaxBytes on AMD: a tile of C in registers, its
+    // threads splitting k where all of n fits it (splitting such short rows by n, they
+    // read each other's lines), else n where a thread's columns fit it.
     const bool wide = (v.isa & kIsaAvx512) != 0;
     const int64_t tile = int64_t{GemvNNWholeVectors(wide ? 32 : 16, key.m())} * (wide ? 16 : 8);
     const bool short_rows = device.vendor == kCpuVendorAmd && key.m() <= GemvMaxM(false) &&
                             key.n() * int64_t(DTypeSize(key.dtype)) <= kGemvNNRowsWholeMaxBytes;
-    if (short_rows && key.n() <= tile) p[kGemvThreads] = 1;
-    const int64_t cols = (key.n() + p[kGemvThreads] - 1) / p[kGemvThreads];
-    p[kGemvOrder] = short_rows && cols <= tile;
+    const int64_t cols = (key.n() + threads - 1) / threads;
+    p[kGemvOrder] = !short_rows         ? kGemvNNSteps
+                    : key.n() <= tile   ? (threads > 1 ? kGemvNNTileSplitK : kGemvNNTile)
+                    : cols <= tile      ? kGemvNNTile
+                                        : kGemvNNSteps;
     // A thread's whole rows of C when their m rows fit in 32 KiB of L1: B then streams
     // through once, front to back. Otherwise the widest block whose rows fit in 16 KiB.
     for (int32_t nb : kGemvNbValues)
@@ -134,6 +182,7 @@ template void GemvFitDefaults<true>(const KernelVariant&, const OpKey&, const De
 Status GemvF32(const GemmArgs& args, const ParamValues& p, void (*rows)(const GemvTask&)) {
   Job job{TaskOf(args, p[kGemvBlock]), rows, (args.n + 15) / 16, 16};
   job.task.rows_whole = p[kGemvOrder] != 0;
+  if (p[kGemvOrder] == kGemvNNTileSplitK && p[kGemvThreads] > 1) return GemvSplitK(job, p[kGemvThreads]);
   RunJob(job, p[kGemvThreads]);
   return Status::Ok();
 }

@@ -23,10 +23,14 @@ constexpr int64_t GemvMaxM(bool trans_b) { return trans_b ? 16 : 4; }
 inline constexpr int32_t kGemvNbValues[] = {64, 128, 256, 512, 1024, 2048, 4096};
 inline constexpr int32_t kGemvNjValues[] = {1, 2, 4, 8};
 
+// nn `order` values: 0 steps of rows, 1 a tile of C in registers (threads split n),
+// 2 the same tile with threads splitting k.
+enum GemvNNOrder : int32_t { kGemvNNSteps = 0, kGemvNNTile = 1, kGemvNNTileSplitK = 2 };
+inline constexpr int32_t kGemvNNOrderValues[] = {kGemvNNSteps, kGemvNNTile, kGemvNNTileSplitK};
 inline constexpr ParamSpec kGemvNNSpecs[] = {
     {"threads", kGemmThreadValues, 1, "threads (caller included), each a contiguous range of n; <= device threads"},
     {"nb", kGemvNbValues, 1024, "columns of C per block, kept in L1/L2 while all k rows of B stream through"},
-    {"order", kGemmBoolValues, 0, "0 = steps of several rows of B, C reloaded per step; 1 (m <= 4) = a tile of C in registers for all of k, each row's columns read whole (nb unused)"},
+    {"order", kGemvNNOrderValues, 0, "0 = steps of several rows of B, C reloaded per step; 1 (m <= 4) = a tile of C in registers for all of k, each row's columns read whole (nb unused); 2 = as 1, threads splitting k (each a contiguous run of rows; partial sums added by the caller)"},
 };
 inline constexpr ParamSpec kGemvNTSpecs[] = {
     {"threads", kGemmThreadValues, 1, "threads (caller included), each a contiguous range of n; <= device threads"},
@@ -42,14 +46,15 @@ inline constexpr ParamSpec kGemvNTSpecs[] = {
 // keep 0 (not measured there). bench/RESULTS.md, "... the rows of an nt tile read whole".
 inline constexpr int64_t kGemvRowsWholeMaxBytes = 3 << 10;
 inline constexpr int64_t kGemvRowsWholeMaxM = 2;
-// The fitted `order` (nn): 1 on AMD CPUs when rows of B are up to this many bytes and
-// a thread's columns fit one register tile (GemvNNWholeVectors): the tile of C then
-// stays in registers for all of k and B is read row after row. Where all of n fits
-// the tile the call takes one thread: two threads splitting such rows took up to 2.8x
-// the time of one. On Zen 4 it took 1.4-2.6x less time than before from memory at
-// n = 32 to 256 (decode attention's scores x V has n = the head's width); with a
-// thread's share of 2 KiB rows (n = 512 on 2 threads) it took 1.2x more. Intel hosts
-// keep 0 (not measured there). bench/RESULTS.md, "... nn tiles of C kept in registers".
+// The fitted `order` (nn) on AMD CPUs when rows of B are up to this many bytes: where
+// all of n fits one register tile (GemvNNWholeVectors), 1 on one thread and 2 (threads
+// split k) on more; else 1 where a thread's columns fit the tile. The tile of C then
+// stays in registers for all of k and B is read row after row. On Zen 4 it took
+// 1.4-2.6x less time than before from memory at n = 32 to 256 (decode attention's
+// scores x V has n = the head's width); two threads splitting such short rows by n
+// took up to 2.8x the time of one, and with a thread's share of 2 KiB rows (n = 512 on
+// 2 threads) order 1 took 1.2x more. Intel hosts keep 0 (not measured there).
+// bench/RESULTS.md, "... nn tiles of C kept in registers".
 inline constexpr int64_t kGemvNNRowsWholeMaxBytes = 1 << 10;
 
 // The packed variants (CG_GEMV_PACKED rows): constant-weights keys with m at most
