@@ -15,7 +15,9 @@
 //   --shape=M,N,K (repeatable): these shapes (group "custom") replace the serving shapes
 //   --schedule="VARIANT NAME=VALUE ..." (repeatable): rows schedule1, schedule2, ... for
 //       --paired_rows: that schedule (parameters not named fitted per key; weights
-//       packed once when the variant packs them)
+//       packed once when the variant packs them, unless --per_call_schedules)
+//   --per_call_schedules: the --schedule rows pass B with every call, as a miss of a
+//       per-call key runs (a variant that packs B then packs it in each call)
 //   --warm: one operand set per row, reused by every call (whatever fits stays in cache
 //       from call to call, as in a loop over the same buffers); the m = 1 read bound
 //       does not apply then
@@ -269,16 +271,17 @@ ContenderMaker PackedVariantRow(std::string_view part) {
 
 // --schedule=TEXT rows (schedule1, schedule2, ...): "VARIANT NAME=VALUE ...", the
 // parameters not named fitted to each key as the variant's default; weights packed
-// once when the variant packs them, else per call. A key the schedule cannot run
-// (CheckSchedule) has no such row.
+// once when the variant packs them (unless --per_call_schedules), else per call. A
+// key the schedule cannot run (CheckSchedule) has no such row.
 std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>> g_schedules;
+bool g_per_call_schedules = false;
 
 ContenderMaker ScheduleRow(size_t i) {
   return [i](const Shape& s, const OpKey& key, const DeviceInfo& device, int) -> StatusOr<Contender> {
     const auto& [variant, named] = g_schedules[i];
     const KernelVariant* v = FindKernelVariant(variant);
     if (!v) return NotFound(fmt::format("--schedule: no kernel variant '{}'", variant));
-    const OpKey ckey = v->pack_weights ? ConstantWeights(key) : key;
+    const OpKey ckey = v->pack_weights && !g_per_call_schedules ? ConstantWeights(key) : key;
     Schedule sched = VariantDefaultSchedule(*v, ckey, device);
     uint32_t seen = 0;
     for (const auto& [name, value] : named) CG_RETURN_IF_ERROR(sched.SetParam(name, value, seen));
@@ -787,6 +790,8 @@ int main(int argc, char** argv) {
         return std::fprintf(stderr, "--paired_window_ms=%s: must be a positive number\n", argv[i] + 19), 2;
     } else if (arg == "--warm") {
       cliffguard::g_warm = true;
+    } else if (arg == "--per_call_schedules") {
+      cliffguard::g_per_call_schedules = true;
     } else if (arg.starts_with("--isa=")) {
       if (arg != "--isa=avx2") return std::fprintf(stderr, "%s: the one value is avx2\n", argv[i]), 2;
       cliffguard::g_avx2_only = true;

@@ -730,6 +730,22 @@ TEST(CpuGemmTable, ThreadCountsUseABudgetThatIsNotAPowerOfTwo) {
   EXPECT_EQ(VariantDefaultSchedule(*v, OpKey::Gemm(512, 512, 512), d).params[cpu::kParamThreads], 6);
 }
 
+// Per-call B is read in place only where M has at most two mr panels, B is at most
+// 1 MiB and its rows are shorter than a page; else it is packed per call.
+TEST(CpuGemmTable, PerCallBIsReadInPlaceOnlyWhenSmall) {
+  CG_REQUIRE_VARIANT(v, "cpu_f32_gemm_6x16__avx2");
+  const auto pack_b = [&](int64_t m, int64_t n, int64_t k, bool tb) {
+    return VariantDefaultSchedule(*v, OpKey::Gemm(m, n, k, false, tb), Host()).params[cpu::kParamPackB];
+  };
+  EXPECT_EQ(pack_b(12, 64, 64, false), 0);
+  EXPECT_EQ(pack_b(12, 512, 512, false), 0);    // 1 MiB, rows of 2 KiB
+  EXPECT_EQ(pack_b(12, 512, 513, false), 1);    // over 1 MiB
+  EXPECT_EQ(pack_b(12, 1024, 64, false), 1);    // rows of 4 KiB
+  EXPECT_EQ(pack_b(12, 4096, 4096, false), 1);
+  EXPECT_EQ(pack_b(13, 64, 64, false), 1);      // three panels of M
+  EXPECT_EQ(pack_b(12, 64, 64, true), 1);       // B stored n x k is always packed
+}
+
 // The own tiles' threads on keys with m <= kGemvMaxM: at least the small-m variants'
 // (a thread per kGemvBytesPerThread of weights); above, the work alone decides.
 TEST(CpuGemmTable, DecodeSizeKeysThreadByTheirWeights) {

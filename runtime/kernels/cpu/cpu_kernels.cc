@@ -17,8 +17,17 @@
 namespace cliffguard::cpu {
 namespace {
 
-// fit_defaults reads B in place (pack_b = 0) when M has at most this many mr panels.
+// fit_defaults reads B in place (pack_b = 0) when M has at most this many mr panels,
+// B is at most kInPlaceBMaxBytes and its rows are shorter than kInPlaceBMaxRowBytes (a
+// page); else B is packed per call. Read in place, a strip of nr columns per row at
+// the row's stride: on Zen 4, per call, with m of 6 to 16, packing per call took
+// 0.44-0.79x the time from memory where B was over 1 MiB or its rows a page or more
+// (1.3 to 180 MiB), and in cache 0.44-1.3x; at 64 KiB to 1 MiB with shorter rows it
+// took 0.90-1.33x from memory and 1.1-1.8x in cache (bench/RESULTS.md, "... B read in
+// place"). Before, every B of such keys was read in place. Not measured on Intel.
 constexpr int64_t kInPlaceBMaxPanels = 2;
+constexpr int64_t kInPlaceBMaxBytes = 1 << 20;
+constexpr int64_t kInPlaceBMaxRowBytes = 4 << 10;
 
 // Every own CPU GEMM variant runs f32 only.
 Status RequireF32(const KernelVariant& self, DType dtype) {
@@ -158,7 +167,8 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
   if (threads > 1 && (n_short || a_packed_once)) p[kParamPar] = kParM;
   if (key.trans_b) {
     p[kParamPackB] = 1;
-  } else if (m_panels <= kInPlaceBMaxPanels) {
+  } else if (m_panels <= kInPlaceBMaxPanels && WeightElements(key) * DTypeSize(key.dtype) <= kInPlaceBMaxBytes &&
+             key.n() * int64_t(DTypeSize(key.dtype)) < kInPlaceBMaxRowBytes) {
     p[kParamPackB] = 0;
   }
 }
