@@ -96,7 +96,7 @@ int DefaultThreadBudget();
 // bandwidth limit rounded up (a container limited to 2.5 CPUs on a 64-CPU host may
 // use 3). Without the cap a pool of one thread per host CPU runs under the quota,
 // and calls stall for the rest of each scheduling period once it is spent (50 ms
-// stalls, 1.3x the mean time, measured with 2 threads under a 1-CPU quota).
+// stalls and 1.15-1.4x the mean time, measured with 2 threads under a 1-CPU quota).
 int AvailableCpus();
 
 // The CPUs of the affinity mask alone (sched_getaffinity).
