@@ -155,8 +155,8 @@ void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
     // Rows of B up to kGemvNNRowsWholeMaxBytes on AMD: a tile of C in registers, its
     // threads splitting k where all of n fits it (splitting such short rows by n, they
     // read each other's lines), else n where a thread's columns fit it.
-    const bool wide = (v.isa & kIsaAvx512) != 0;
-    const int64_t tile = int64_t{GemvNNWholeVectors(wide ? 32 : 16, key.m())} * (wide ? 16 : 8);
+    const int regs = VectorRegs(v);  // 32 vectors of 16 floats (AVX-512) or 16 of 8 (AVX2)
+    const int64_t tile = int64_t{GemvNNWholeVectors(regs, key.m())} * (regs == 32 ? 16 : 8);
     const bool short_rows = device.vendor == kCpuVendorAmd && key.m() <= GemvMaxM(false) &&
                             key.n() * int64_t(DTypeSize(key.dtype)) <= kGemvNNRowsWholeMaxBytes;
     const int64_t cols = (key.n() + threads - 1) / threads;
