@@ -125,7 +125,9 @@ void ConcurrentCallers(const KernelVariant& v, const std::vector<std::vector<std
 
 // ---- cpu_f32_gemm_onednn ----
 
-const std::vector<std::vector<std::pair<std::string, int64_t>>> kReorders = {{{"reorder_b", 0}}, {{"reorder_b", 1}}};
+// Each way of reading B: the matmul primitive on B as stored and reordered, and dnnl_sgemm.
+const std::vector<std::vector<std::pair<std::string, int64_t>>> kReorders = {
+    {{"reorder_b", 0}}, {{"reorder_b", 1}}, {{"api", 1}}};
 
 TEST(cpu_f32_gemm_onednn, Shapes) {
   CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn", OpKind::kGemm);
@@ -150,6 +152,9 @@ TEST(cpu_f32_gemm_onednn, DefaultSchedules) {
 TEST(cpu_f32_gemm_onednn, CheckNamesValueAndRule) {
   CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn", OpKind::kGemm);
   CheckNamesThreads(*v);
+  const Status st = CheckSchedule(With(*v, {{"api", 1}, {"reorder_b", 1}}), OpKey::Gemm(8, 8, 8), Host());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "cpu_f32_gemm_onednn: reorder_b=1 needs api=0 (api=1, dnnl_sgemm, reads B as stored)");
 }
 
 // threads > 1 only when idle OpenMP workers sleep (they would starve cliffguard's
@@ -182,18 +187,21 @@ TEST(cpu_f32_gemm_onednn, ThreadsNeedPassiveOpenMpWaiting) {
   EXPECT_TRUE(CheckSchedule(With(*v, {{"threads", 1}, {"reorder_b", 1}}), key, d).ok());
 }
 
-// Constant weights: packed once (dense for reorder_b = 0, oneDNN's layout for 1),
-// then every call reads only the packed copy, with any leading dimensions of A and C.
+// Constant weights: packed once (dense for reorder_b = 0 and for dnnl_sgemm, oneDNN's
+// layout for reorder_b = 1), then every call reads only the packed copy, with any
+// leading dimensions of A and C.
 TEST(cpu_f32_gemm_onednn, PackedWeights) {
   CG_REQUIRE_LIBRARY_VARIANT(v, "cpu_f32_gemm_onednn", OpKind::kGemm);
   ASSERT_NE(v->pack_weights, nullptr);
   ASSERT_NE(v->packed_weights_bytes, nullptr);
   uint32_t seed = 0;
-  for (int reorder_b = 0; reorder_b < 2; ++reorder_b)
+  for (const auto& extra : kReorders)
     for (int ta = 0; ta < 2; ++ta)
       for (int tb = 0; tb < 2; ++tb)
         for (const auto& sh : std::vector<std::array<int64_t, 3>>{{1, 17, 33}, {7, 129, 17}, {33, 7, 129}, {64, 64, 64}}) {
-          const Schedule s = With(*v, {{"reorder_b", reorder_b}, {"threads", ++seed % 2 ? 1 : TwoThreads()}});
+          auto named = extra;
+          named.push_back({"threads", ++seed % 2 ? 1 : TwoThreads()});
+          const Schedule s = With(*v, named);
           EXPECT_GE(v->packed_weights_bytes(*v, OpKey::Gemm(sh[0], sh[1], sh[2], ta, tb), s.params),
                     size_t(sh[1] * sh[2]) * sizeof(float));
           GemmTester t;
@@ -364,15 +372,16 @@ bool OnednnRuleHolds(const OpKey& key, const DeviceInfo& d) {
 // those of less than 80 MFLOP on more than one thread; else
 // oneDNN's matmul on an AVX-512 host where it may use the thread budget, with its
 // weights reordered once for constant-weights keys, and as stored for per-call keys on
-// an AMD host where it runs as many threads as the own rule; OpenBLAS for every other
-// large key. Checked on the host, the same host seen as AVX2-only and with one thread, each
+// an AMD host where it runs as many threads as the own rule (through dnnl_sgemm where
+// neither operand is transposed and n > 64); OpenBLAS for every other large key. Checked on the host, the same host seen as AVX2-only and with one thread, each
 // as an Intel and as an AMD CPU, on wide and narrow keys.
 TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
   const bool onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr;
   const bool openblas = FindKernelVariant("cpu_f32_gemm_openblas") != nullptr;
   if (!onednn && !openblas) GTEST_SKIP() << "this build has no library variants";
   const std::array<int64_t, 3> shapes[] = {{128, 768, 768}, {17, 512, 4096}, {2048, 4096, 1024}, {3136, 511, 64},
-                                           {196, 256, 2304},  {500, 77, 128},  {40, 113, 2374},    {25, 1161, 1469}};
+                                           {196, 256, 2304},  {500, 77, 128},  {40, 113, 2374},    {25, 1161, 1469},
+                                           {2000, 64, 256}};
   for (const DeviceInfo& d : RuleDevices())
     for (const auto& [m, n, k] : shapes)
       for (int t = 0; t < 8; ++t) {
@@ -391,8 +400,10 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
         const char* want = want_onednn ? "cpu_f32_gemm_onednn" : openblas ? "cpu_f32_gemm_openblas" : nullptr;
         if (!want) continue;  // oneDNN only, and not preferred here: the own kernels
         EXPECT_STREQ(s->variant->name, want) << s->ToString();
-        if (want_onednn)
-          EXPECT_EQ(s->params[s->variant->ParamIndex("reorder_b")], key.constant_weights ? 1 : 0) << s->ToString();
+        if (!want_onednn) continue;
+        EXPECT_EQ(s->params[s->variant->ParamIndex("reorder_b")], key.constant_weights ? 1 : 0) << s->ToString();
+        const bool sgemm = !key.constant_weights && t == 0 && d.vendor == "AuthenticAMD" && n > 64;
+        EXPECT_EQ(s->params[s->variant->ParamIndex("api")], sgemm ? 1 : 0) << s->ToString();
       }
 }
 

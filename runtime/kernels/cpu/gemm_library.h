@@ -62,25 +62,33 @@ inline constexpr size_t kNumLibraryVariants = 0
 inline constexpr int32_t kLibraryBoolValues[] = {0, 1};
 
 #ifdef CLIFFGUARD_WITH_ONEDNN
-enum OnednnParam : int { kOnednnThreads = 0, kOnednnReorderB };
+enum OnednnParam : int { kOnednnThreads = 0, kOnednnReorderB, kOnednnApi };
+// The oneDNN entry point a schedule calls.
+enum OnednnApi : int32_t { kOnednnMatmul = 0, kOnednnSgemm = 1 };
+inline constexpr int32_t kOnednnApiValues[] = {kOnednnMatmul, kOnednnSgemm};
 inline constexpr ParamSpec kOnednnSpecs[] = {
     {"threads", kGemmThreadValues, 1, "OpenMP threads oneDNN runs on (caller included); must be <= device threads"},
     {"reorder_b", kLibraryBoolValues, 0,
      "1 = B in oneDNN's preferred blocked layout (packed once for constant weights, else per call); 0 = B as stored"},
+    {"api", kOnednnApiValues, kOnednnMatmul,
+     "0 = the matmul primitive; 1 = dnnl_sgemm, which packs B itself on every call (needs reorder_b=0)"},
 };
-// fn.gemm: oneDNN matmul. Primitives are cached per calling thread, keyed by shape,
-// leading dimensions, beta and parameters (onednn::PrimitiveCache: at most 64
+// fn.gemm, api = 0: oneDNN matmul. Primitives are cached per calling thread, keyed by
+// shape, leading dimensions, beta and parameters (onednn::PrimitiveCache: at most 64
 // entries, least recently used evicted): after its first call with a key the call
 // allocates nothing in this variant (oneDNN's execute builds its own small argument
 // map).
 // reorder_b = 1 without packed_b reorders B per call into a thread_local buffer in
 // the layout pack_weights writes, then runs like a packed call.
+// api = 1: dnnl_sgemm (row-major), B as stored or as pack_weights copied it dense;
+// oneDNN packs A and B into its own buffers inside the call (allocated there).
 Status OnednnGemm(const KernelVariant& self, const GemmArgs& args, const ParamValues& params);
-// check(): threads <= device.threads; threads > 1 only with passive OpenMP waiting.
+// check(): threads <= device.threads; threads > 1 only with passive OpenMP waiting;
+// api = 1 only with reorder_b = 0.
 Status OnednnCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
 // fit_defaults(): threads from the shape's work (as the project's own variants),
 // 1 without passive OpenMP waiting; reorder_b = 1 for constant weights (reordered
-// once, by the plan), else 0.
+// once, by the plan), else 0; api = 1 where OnednnSgemmFits.
 void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
 // preferred_default(), on an AVX-512 host where oneDNN may use the thread budget (one
 // thread, or passive OpenMP waiting):
@@ -105,11 +113,21 @@ void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInf
 // the key first where GemmPreferredDefault (gemm_params.h) holds, which leaves oneDNN
 // m of 9 to 11 with large weights on one thread; above m = 16 they take the keys of
 // GemmTileDefault (wide ones on an Intel host, small ones on more than one thread).
+// dnnl_sgemm (api = 1) in place of the matmul on B as stored: per-call `nn` keys
+// (neither operand transposed) of the large class on an AMD host, with n above
+// kOnednnSgemmMinN. Measured on Zen 4, paired, per call (bench/RESULTS.md, "per-call
+// nn keys call dnnl_sgemm"): on the 86 rows this rule gives dnnl_sgemm (serving set
+// and drawn shapes, 1 and 2 threads) the matmul took 1.09x its time in geometric
+// mean (0.92-1.30x, above 1.0 on 79); at n of 48 and 64 it was 0.92-1.03x, ahead on
+// 6 of 8 rows; with B transposed the matmul was ahead (dnnl_sgemm took 1.11x its
+// time in geometric mean on one thread, 1.53x on two).
+inline constexpr int64_t kOnednnSgemmMinN = 65;
+bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device);
 constexpr int64_t OnednnDefaultMinM(int threads, int64_t n, int64_t k) {
   return threads == 1 || double(n) * double(k) >= double(kLargeWeightsElements) ? kGemvPackedMaxM + 1 : 16;
 }
 bool OnednnPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
-// candidates: every (threads, reorder_b) pair check() accepts, the fitted threads
+// candidates: every (threads, reorder_b, api) check() accepts, the fitted threads
 // first, so the tuner measures each library schedule beside its own search.
 std::vector<ParamValues> OnednnCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 // Packed weights: reorder_b = 0: op(B) dense as the key stores it (k x n, or n x k

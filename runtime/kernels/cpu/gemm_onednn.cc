@@ -1,4 +1,4 @@
-// cpu_f32_gemm_onednn: oneDNN matmul as a kernel variant (contracts in gemm_library.h,
+// cpu_f32_gemm_onednn: oneDNN matmul and dnnl_sgemm as a kernel variant (contracts in gemm_library.h,
 // the plumbing shared with the other oneDNN variants in onednn_common.h).
 #include <cstdint>
 #include <cstring>
@@ -160,6 +160,19 @@ Status Run(const KernelVariant& self, const GemmArgs& args, const ParamValues& p
   return Check(self, dnnl_stream_wait(s.get()), "stream wait");
 }
 
+// api = 1: B as stored, or the dense copy pack_weights made.
+Status RunSgemm(const KernelVariant& self, const GemmArgs& args, int threads) {
+  const bool packed = args.packed_b != nullptr;
+  const float* b = static_cast<const float*>(packed ? args.packed_b : args.b);
+  const int64_t ldb = packed ? DenseLdb(GemmKeyOf(args)) : args.ldb;
+  onednn::OmpThreads omp(threads);
+  return Check(self,
+               dnnl_sgemm(args.trans_a ? 'T' : 'N', args.trans_b ? 'T' : 'N', args.m, args.n, args.k, args.alpha,
+                          static_cast<const float*>(args.a), args.lda, b, ldb, args.beta, static_cast<float*>(args.c),
+                          args.ldc),
+               "dnnl_sgemm");
+}
+
 }  // namespace
 
 Status OnednnGemm(const KernelVariant& self, const GemmArgs& args, const ParamValues& params) {
@@ -170,16 +183,25 @@ Status OnednnGemm(const KernelVariant& self, const GemmArgs& args, const ParamVa
     return Status::Ok();
   }
   CG_RETURN_IF_ERROR(onednn::AdmitTeam(self, params[kOnednnThreads]));
+  if (params[kOnednnApi] == kOnednnSgemm) return RunSgemm(self, args, params[kOnednnThreads]);
   return onednn::Guard(self, "gemm", [&] { return Run(self, args, params); });
 }
 
 Status OnednnCheck(const KernelVariant& v, const OpKey& /*key*/, const ParamValues& p, const DeviceInfo& device) {
+  if (p[kOnednnApi] == kOnednnSgemm && p[kOnednnReorderB])
+    return InvalidArgument(fmt::format("{}: reorder_b=1 needs api=0 (api=1, dnnl_sgemm, reads B as stored)", v.name));
   return onednn::CheckThreads(v, p[kOnednnThreads], device);
 }
 
 void OnednnFitDefaults(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
   p[kOnednnThreads] = onednn::FittedThreads(key, device);
   p[kOnednnReorderB] = key.constant_weights ? 1 : 0;
+  p[kOnednnApi] = OnednnSgemmFits(key, device) ? kOnednnSgemm : kOnednnMatmul;
+}
+
+bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device) {
+  return !key.constant_weights && !key.trans_a && !key.trans_b && device.vendor == kCpuVendorAmd &&
+         ShapeClassOf(key) == ShapeClass::kLarge && key.n() >= kOnednnSgemmMinN;
 }
 
 bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
@@ -196,12 +218,15 @@ bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const 
 std::vector<ParamValues> OnednnCandidates(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
   std::vector<ParamValues> out;
   for (int32_t threads : onednn::ThreadCandidates(key, device))
-    for (int32_t reorder_b : kLibraryBoolValues) {
-      ParamValues p{};
-      p[kOnednnThreads] = threads;
-      p[kOnednnReorderB] = reorder_b;
-      out.push_back(p);
-    }
+    for (int32_t api : kOnednnApiValues)
+      for (int32_t reorder_b : kLibraryBoolValues) {
+        if (api == kOnednnSgemm && reorder_b) continue;
+        ParamValues p{};
+        p[kOnednnThreads] = threads;
+        p[kOnednnReorderB] = reorder_b;
+        p[kOnednnApi] = api;
+        out.push_back(p);
+      }
   return out;
 }
 
