@@ -373,8 +373,9 @@ bool OnednnRuleHolds(const OpKey& key, const DeviceInfo& d) {
 // oneDNN's matmul on an AVX-512 host where it may use the thread budget, with its
 // weights reordered once for constant-weights keys, and as stored for per-call keys on
 // an AMD host where it runs as many threads as the own rule (through dnnl_sgemm where
-// neither operand is transposed and n > 64); OpenBLAS for every other large key. Checked on the host, the same host seen as AVX2-only and with one thread, each
-// as an Intel and as an AMD CPU, on wide and narrow keys.
+// neither operand is transposed and n > 64); OpenBLAS for every other large key.
+// Checked on the host, the same host seen as AVX2-only and with one thread, each as an
+// Intel and as an AMD CPU, on wide and narrow keys.
 TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
   const bool onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr;
   const bool openblas = FindKernelVariant("cpu_f32_gemm_openblas") != nullptr;

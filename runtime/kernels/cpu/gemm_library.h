@@ -90,6 +90,16 @@ Status OnednnCheck(const KernelVariant& v, const OpKey& key, const ParamValues& 
 // 1 without passive OpenMP waiting; reorder_b = 1 for constant weights (reordered
 // once, by the plan), else 0; api = 1 where OnednnSgemmFits.
 void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
+// dnnl_sgemm (api = 1) in place of the matmul on B as stored: per-call `nn` keys
+// (neither operand transposed) of the large class on an AMD host, with n of at least
+// kOnednnSgemmMinN. Measured on Zen 4, paired, per call (bench/RESULTS.md, "per-call
+// nn keys call dnnl_sgemm"): on the 86 rows this rule gives dnnl_sgemm (serving set
+// and drawn shapes, 1 and 2 threads) the matmul took 1.09x its time in geometric
+// mean (0.92-1.30x, above 1.0 on 79); at n of 48 and 64 it was 0.92-1.03x, ahead on
+// 6 of 8 rows; with B transposed the matmul was ahead (dnnl_sgemm took 1.11x its
+// time in geometric mean on one thread, 1.53x on two).
+inline constexpr int64_t kOnednnSgemmMinN = 65;
+bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device);
 // preferred_default(), on an AVX-512 host where oneDNN may use the thread budget (one
 // thread, or passive OpenMP waiting):
 // - per-call keys of the large class on an AMD host, where oneDNN's fitted threads are
@@ -113,16 +123,6 @@ void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInf
 // the key first where GemmPreferredDefault (gemm_params.h) holds, which leaves oneDNN
 // m of 9 to 11 with large weights on one thread; above m = 16 they take the keys of
 // GemmTileDefault (wide ones on an Intel host, small ones on more than one thread).
-// dnnl_sgemm (api = 1) in place of the matmul on B as stored: per-call `nn` keys
-// (neither operand transposed) of the large class on an AMD host, with n above
-// kOnednnSgemmMinN. Measured on Zen 4, paired, per call (bench/RESULTS.md, "per-call
-// nn keys call dnnl_sgemm"): on the 86 rows this rule gives dnnl_sgemm (serving set
-// and drawn shapes, 1 and 2 threads) the matmul took 1.09x its time in geometric
-// mean (0.92-1.30x, above 1.0 on 79); at n of 48 and 64 it was 0.92-1.03x, ahead on
-// 6 of 8 rows; with B transposed the matmul was ahead (dnnl_sgemm took 1.11x its
-// time in geometric mean on one thread, 1.53x on two).
-inline constexpr int64_t kOnednnSgemmMinN = 65;
-bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device);
 constexpr int64_t OnednnDefaultMinM(int threads, int64_t n, int64_t k) {
   return threads == 1 || double(n) * double(k) >= double(kLargeWeightsElements) ? kGemvPackedMaxM + 1 : 16;
 }
@@ -130,9 +130,9 @@ bool OnednnPreferredDefault(const KernelVariant& v, const OpKey& key, const Devi
 // candidates: every (threads, reorder_b, api) check() accepts, the fitted threads
 // first, so the tuner measures each library schedule beside its own search.
 std::vector<ParamValues> OnednnCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
-// Packed weights: reorder_b = 0: op(B) dense as the key stores it (k x n, or n x k
-// with trans_b; leading dimension = row length). reorder_b = 1: the layout oneDNN
-// prefers (weights format_tag::any) for this key and threads, queried from a
+// Packed weights: reorder_b = 0 (either api): op(B) dense as the key stores it (k x n,
+// or n x k with trans_b; leading dimension = row length). reorder_b = 1: the layout
+// oneDNN prefers (weights format_tag::any) for this key and threads, queried from a
 // primitive descriptor with dense A and C and beta = 0; calls with other leading
 // dimensions or beta run on a primitive created for that same layout.
 size_t OnednnPackedWeightsBytes(const KernelVariant& self, const OpKey& key, const ParamValues& params);

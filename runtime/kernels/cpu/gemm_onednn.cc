@@ -1,5 +1,6 @@
-// cpu_f32_gemm_onednn: oneDNN matmul and dnnl_sgemm as a kernel variant (contracts in gemm_library.h,
-// the plumbing shared with the other oneDNN variants in onednn_common.h).
+// cpu_f32_gemm_onednn: oneDNN's matmul and dnnl_sgemm as a kernel variant (contracts
+// in gemm_library.h, the plumbing shared with the other oneDNN variants in
+// onednn_common.h).
 #include <cstdint>
 #include <cstring>
 #include <memory>
