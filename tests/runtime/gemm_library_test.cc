@@ -408,6 +408,18 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
       }
 }
 
+// Per-call `nn` decode steps of 5 to 16 tokens on a one-thread AMD AVX-512 host whose
+// rows of B are more than 128 B from every multiple of 4 KiB, with m*n*k > 2^21 and
+// n > 64: dnnl_sgemm (OnednnSkinnySgemmFits), written out here from its rule.
+bool SkinnySgemmRuleHolds(const OpKey& key, const DeviceInfo& d) {
+  if (!(d.isa & kIsaAvx512) || d.threads != 1 || d.vendor != "AuthenticAMD" || key.constant_weights ||
+      key.trans_a || key.trans_b)
+    return false;
+  const int64_t row_bytes = key.n() * 4;
+  return key.m() >= 5 && key.m() <= 16 && key.n() > 64 && key.m() * key.n() * key.k() > (int64_t{1} << 21) &&
+         row_bytes % 4096 > 128 && row_bytes % 4096 < 4096 - 128;
+}
+
 // Decode steps: oneDNN (weights reordered once) where the same rule holds and m is
 // at least 9 (one thread, or weights of 2^21 elements and more) or 16 (more threads,
 // smaller weights), except that on an AVX-512 host constant weights with m of 9 to 16
@@ -415,7 +427,8 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
 // weights of 2^21 elements and more on one thread); the own kernels below, with
 // per-call weights, for weights narrower than 17 columns and for little work
 // (m*n*k <= 2^21). Constant weights with m <= 8 (AVX2: 6) and n of a vector or more
-// run the small-m kernels on packed panels, on every host with AVX2.
+// run the small-m kernels on packed panels, on every host with AVX2. Per-call keys:
+// dnnl_sgemm where SkinnySgemmRuleHolds.
 TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
   const bool onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr;
   if (!onednn) GTEST_SKIP() << "this build has no oneDNN variant";
@@ -426,7 +439,9 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
   const Case cases[] = {{1, 4096, 4096, 0, 0},   {3, 4096, 4096, 0, 0}, {4, 768, 768, 0, 0},
                         {8, 4096, 4096, 0, 0},   {4, 768, 3072, 0, 0},  {9, 4096, 4096, 1, 1},
                         {9, 768, 768, 0, 0},     {15, 2048, 1023, 0, 0}, {16, 768, 768, 0, 0},
-                        {16, 11008, 4096, 0, 0}, {16, 16, 4096, 0, 0},  {8, 64, 64, 0, 0}};
+                        {16, 11008, 4096, 0, 0}, {16, 16, 4096, 0, 0},  {8, 64, 64, 0, 0},
+                        {12, 2784, 360, 0, 0},   {16, 2048, 1024, 0, 0}, {10, 1000, 3000, 1, 1},
+                        {7, 992, 1024, 0, 0},    {6, 1624, 3058, 0, 0},  {7, 512, 2368, 0, 0}};
   for (const DeviceInfo& d : RuleDevices())
     for (const Case& c : cases)
       for (bool trans_b : {false, true})
@@ -438,9 +453,11 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
           ASSERT_TRUE(s.ok());
           SCOPED_TRACE(fmt::format("{} on {} (isa {}, {} threads)", key.ToString(), d.fingerprint, d.isa, d.threads));
           const bool want_onednn = c.min_threads <= d.threads && d.threads <= c.max_threads && OnednnRuleHolds(key, d);
-          if (want_onednn) {
+          const bool want_sgemm = SkinnySgemmRuleHolds(key, d);
+          if (want_onednn || want_sgemm) {
             EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_onednn") << s->ToString();
-            EXPECT_EQ(s->params[s->variant->ParamIndex("reorder_b")], 1) << s->ToString();
+            EXPECT_EQ(s->params[s->variant->ParamIndex("reorder_b")], want_onednn ? 1 : 0) << s->ToString();
+            EXPECT_EQ(s->params[s->variant->ParamIndex("api")], want_sgemm ? 1 : 0) << s->ToString();
           } else {
             EXPECT_EQ(std::string_view(s->variant->name).find("_onednn"), std::string_view::npos) << s->ToString();
             EXPECT_EQ(std::string_view(s->variant->name).find("_openblas"), std::string_view::npos) << s->ToString();

@@ -90,18 +90,36 @@ Status OnednnCheck(const KernelVariant& v, const OpKey& key, const ParamValues& 
 // 1 without passive OpenMP waiting; reorder_b = 1 for constant weights (reordered
 // once, by the plan), else 0; api = 1 where OnednnSgemmFits.
 void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
-// dnnl_sgemm (api = 1) in place of the matmul on B as stored: per-call `nn` keys
-// (neither operand transposed) of the large class on an AMD host, with n of at least
-// kOnednnSgemmMinN. Measured on Zen 4, paired, per call (bench/RESULTS.md, "per-call
-// nn keys call dnnl_sgemm"): on the 86 rows this rule gives dnnl_sgemm (serving set
-// and drawn shapes, 1 and 2 threads) the matmul took 1.09x its time in geometric
-// mean (0.92-1.30x, above 1.0 on 79); at n of 48 and 64 it was 0.92-1.03x, ahead on
-// 6 of 8 rows; with B transposed the matmul was ahead (dnnl_sgemm took 1.11x its
-// time in geometric mean on one thread, 1.53x on two).
+// dnnl_sgemm (api = 1), for per-call `nn` keys (neither operand transposed) on an
+// AMD host with n of at least kOnednnSgemmMinN:
+// - of the large class, in place of the matmul on B as stored. Measured on Zen 4,
+//   paired, per call (bench/RESULTS.md, "per-call nn keys call dnnl_sgemm"): on the
+//   86 rows this rule gives dnnl_sgemm (serving set and drawn shapes, 1 and 2
+//   threads) the matmul took 1.09x its time in geometric mean (0.92-1.30x, above 1.0
+//   on 79); at n of 48 and 64 it was 0.92-1.03x, ahead on 6 of 8 rows; with B
+//   transposed the matmul was ahead (dnnl_sgemm took 1.11x its time in geometric
+//   mean on one thread, 1.53x on two);
+// - OnednnSkinnySgemmFits: decode steps of kOnednnSgemmMinM to 16 tokens, in place of
+//   the own packed tile, where it is the built-in default too.
 inline constexpr int64_t kOnednnSgemmMinN = 65;
 bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device);
+// Skinny per-call `nn` keys (m from kOnednnSgemmMinM to 16, m*n*k above 2^21) on a
+// one-thread budget whose rows of B stay more than kOnednnSgemmAliasMarginBytes away
+// from every multiple of kOnednnSgemmAliasBytes. Measured on Zen 4, paired, per call,
+// 76 rows of m = 5 to 16 on one thread (bench/RESULTS.md, "... decode steps call
+// dnnl_sgemm"): on the 44 such rows the own packed tile took 1.11x dnnl_sgemm's time
+// in geometric mean (0.93-1.51x, 1.0 or more on 36); on the 32 others 0.67-1.05x
+// (0.88x; likely cause, not checked with counters: dnnl_sgemm's loads from rows a
+// multiple of 4 KiB apart fall into a few cache sets). On two threads the fitting
+// rows were 0.68-1.30x (1.02x in geometric mean) and the own tile stays; below
+// kOnednnSgemmMinM the own small-m kernels were ahead.
+inline constexpr int64_t kOnednnSgemmMinM = GemvMaxM(false) + 1;
+inline constexpr int64_t kOnednnSgemmAliasBytes = 4096;
+inline constexpr int64_t kOnednnSgemmAliasMarginBytes = 128;
+bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device);
 // preferred_default(), on an AVX-512 host where oneDNN may use the thread budget (one
 // thread, or passive OpenMP waiting):
+// - per-call keys where OnednnSkinnySgemmFits;
 // - per-call keys of the large class on an AMD host, where oneDNN's fitted threads are
 //   at least the own rule's (ThreadsForWork, what OpenBLAS, the default there before,
 //   runs): on Zen 4, paired, the serving set's 84 large rows (BERT, 7B-class, ResNet-50

@@ -201,15 +201,27 @@ void OnednnFitDefaults(const KernelVariant& /*v*/, const OpKey& key, const Devic
 }
 
 bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device) {
-  return !key.constant_weights && !key.trans_a && !key.trans_b && device.vendor == kCpuVendorAmd &&
-         ShapeClassOf(key) == ShapeClass::kLarge && key.n() >= kOnednnSgemmMinN;
+  if (key.constant_weights || key.trans_a || key.trans_b || device.vendor != kCpuVendorAmd ||
+      key.n() < kOnednnSgemmMinN)
+    return false;
+  return ShapeClassOf(key) == ShapeClass::kLarge || OnednnSkinnySgemmFits(key, device);
+}
+
+bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device) {
+  if (key.constant_weights || key.trans_a || key.trans_b || device.vendor != kCpuVendorAmd || device.threads != 1 ||
+      key.n() < kOnednnSgemmMinN || key.m() < kOnednnSgemmMinM || ShapeClassOf(key) != ShapeClass::kSkinny)
+    return false;
+  if (double(key.m()) * double(key.n()) * double(key.k()) <= double(int64_t{1} << 21)) return false;
+  const int64_t r = key.n() * int64_t(DTypeSize(key.dtype)) % kOnednnSgemmAliasBytes;
+  return r > kOnednnSgemmAliasMarginBytes && r < kOnednnSgemmAliasBytes - kOnednnSgemmAliasMarginBytes;
 }
 
 bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
   if ((device.isa & kIsaAvx512) == 0 || !(device.threads == 1 || onednn::OmpWaitsPassively())) return false;
   if (!key.constant_weights)
-    return device.vendor == kCpuVendorAmd && ShapeClassOf(key) == ShapeClass::kLarge &&
-           onednn::FittedThreads(key, device) >= ThreadsForWork(key, device);
+    return OnednnSkinnySgemmFits(key, device) ||
+           (device.vendor == kCpuVendorAmd && ShapeClassOf(key) == ShapeClass::kLarge &&
+            onednn::FittedThreads(key, device) >= ThreadsForWork(key, device));
   if (GemmTileDefault(key, device)) return false;  // the own tiles' (gemm_params.h)
   const GemmView g = GemmViewOf(key);
   return g.m >= OnednnDefaultMinM(device.threads, g.n, g.k) && g.n > 16 &&
