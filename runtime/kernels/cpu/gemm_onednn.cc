@@ -174,6 +174,12 @@ Status RunSgemm(const KernelVariant& self, const GemmArgs& args, int threads) {
                "dnnl_sgemm");
 }
 
+// What both dnnl_sgemm rules need: a per-call `nn` key on an AMD host, n > 64.
+bool PerCallNnOnAmd(const OpKey& key, const DeviceInfo& device) {
+  return !key.constant_weights && !key.trans_a && !key.trans_b && device.vendor == kCpuVendorAmd &&
+         key.n() >= kOnednnSgemmMinN;
+}
+
 }  // namespace
 
 Status OnednnGemm(const KernelVariant& self, const GemmArgs& args, const ParamValues& params) {
@@ -201,15 +207,13 @@ void OnednnFitDefaults(const KernelVariant& /*v*/, const OpKey& key, const Devic
 }
 
 bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device) {
-  if (key.constant_weights || key.trans_a || key.trans_b || device.vendor != kCpuVendorAmd ||
-      key.n() < kOnednnSgemmMinN)
-    return false;
-  return ShapeClassOf(key) == ShapeClass::kLarge || OnednnSkinnySgemmFits(key, device);
+  return PerCallNnOnAmd(key, device) &&
+         (ShapeClassOf(key) == ShapeClass::kLarge || OnednnSkinnySgemmFits(key, device));
 }
 
 bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device) {
-  if (key.constant_weights || key.trans_a || key.trans_b || device.vendor != kCpuVendorAmd || device.threads != 1 ||
-      key.n() < kOnednnSgemmMinN || key.m() < kOnednnSgemmMinM || ShapeClassOf(key) != ShapeClass::kSkinny)
+  if (!PerCallNnOnAmd(key, device) || device.threads != 1 || key.m() < kOnednnSgemmMinM ||
+      ShapeClassOf(key) != ShapeClass::kSkinny)
     return false;
   if (double(key.m()) * double(key.n()) * double(key.k()) <= double(int64_t{1} << 21)) return false;
   const int64_t r = key.n() * int64_t(DTypeSize(key.dtype)) % kOnednnSgemmAliasBytes;
