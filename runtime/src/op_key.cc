@@ -106,7 +106,7 @@ ShapeClass ShapeClassOf(const OpKey& key) {
   const GemmView g = GemmViewOf(key);
   const double m = double(g.m), n = double(g.n), k = double(g.k);
   if (std::min(m, n) <= 16) return ShapeClass::kSkinny;
-  if (m * n * k <= double(int64_t{1} << 21)) return ShapeClass::kSmall;
+  if (m * n * k <= kSmallClassMaxWork) return ShapeClass::kSmall;
   return ShapeClass::kLarge;
 }
 

@@ -145,6 +145,8 @@ StatusOr<OpKey> ParseShape(std::string_view text);
 // kUnspecified marks op defaults of bundles written before classes existed; such a
 // default applies to the classes of that bundle's own tuned entries of its op.
 enum class ShapeClass : uint8_t { kUnspecified = 0, kSkinny = 1, kSmall = 2, kLarge = 3 };
+// The most work (m*n*k of the GEMM view) of a small key: 2^21.
+inline constexpr double kSmallClassMaxWork = double(int64_t{1} << 21);
 inline constexpr uint8_t kNumShapeClasses = 4;
 const char* ShapeClassName(ShapeClass c);  // "unspecified", "skinny", "small", "large"
 StatusOr<ShapeClass> ParseShapeClass(std::string_view s);

@@ -215,7 +215,7 @@ bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device) {
   if (!PerCallNnOnAmd(key, device) || device.threads != 1 || key.m() < kOnednnSgemmMinM ||
       ShapeClassOf(key) != ShapeClass::kSkinny)
     return false;
-  if (double(key.m()) * double(key.n()) * double(key.k()) <= double(int64_t{1} << 21)) return false;
+  if (double(key.m()) * double(key.n()) * double(key.k()) <= kSmallClassMaxWork) return false;
   const int64_t r = key.n() * int64_t(DTypeSize(key.dtype)) % kOnednnSgemmAliasBytes;
   return r > kOnednnSgemmAliasMarginBytes && r < kOnednnSgemmAliasBytes - kOnednnSgemmAliasMarginBytes;
 }
@@ -229,7 +229,7 @@ bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const 
   if (GemmTileDefault(key, device)) return false;  // the own tiles' (gemm_params.h)
   const GemmView g = GemmViewOf(key);
   return g.m >= OnednnDefaultMinM(device.threads, g.n, g.k) && g.n > 16 &&
-         double(g.m) * double(g.n) * double(g.k) > double(int64_t{1} << 21);
+         double(g.m) * double(g.n) * double(g.k) > kSmallClassMaxWork;
 }
 
 std::vector<ParamValues> OnednnCandidates(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
