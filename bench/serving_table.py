@@ -2,11 +2,15 @@
 """Tables for bench/RESULTS.md from bench_serving's JSON output (one run).
 
   bench/serving_table.py RESULT.json [--ours tuned_packed] [--baseline default_packed]
+      [--libs onednn_matmul,openblas]
   bench/serving_table.py RESULT.json --by-class   (the libraries against the built-in default)
+
+Per-call keys (B passed with every call) compare with the libraries' per-call rows:
+  bench/serving_table.py RESULT.json --ours tuned --baseline default --libs onednn_sgemm,openblas
 
 Per group, layout and thread count: the geometric mean and the minimum, over the
 group's shapes, of our row's GFLOP/s against the better of oneDNN (matmul with the
-weights reordered once) and OpenBLAS; our row against the built-in default; m = 1
+weights reordered once; --libs names other rows) and OpenBLAS; our row against the built-in default; m = 1
 rows as a fraction of the measured read bandwidth (weights bytes / time); large nn
 rows (m, n, k >= 1000) as a fraction of the measured FMA peak. A --warm run's m = 1
 rows are not set against the read bound (their weights come from cache). With
@@ -24,7 +28,7 @@ import sys
 
 ROW = re.compile(r"^(?P<who>[a-z_]+)/(?P<group>[a-z0-9_]+)/(?P<layout>n[nt])/m=(?P<m>\d+)/n=(?P<n>\d+)/k=(?P<k>\d+)"
                  r"/threads:(?P<t>\d+)")
-LIBS = ("onednn_matmul", "openblas")
+LIBS = ("onednn_matmul", "openblas")  # --libs
 
 
 def load(path):
@@ -71,18 +75,19 @@ def shape_class(m, n, k):  # runtime/include/cliffguard/op_key.h
     return "skinny" if min(m, n) <= 16 else "small" if m * n * k <= 2 ** 21 else "large"
 
 
-def by_class(med, baseline):
+def by_class(med, baseline, libs):
     keys = sorted({k for (who, k) in med if who == baseline})
-    print(f"| class | threads | layout | shapes | oneDNN / {baseline} | OpenBLAS / {baseline} | better library / {baseline} |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"| class | threads | layout | shapes | " + "".join(f"{l} / {baseline} | " for l in libs)
+          + f"better library / {baseline} |")
+    print("|---|---|---|---|" + "---|" * (len(libs) + 1))
     cells = collections.defaultdict(list)
     for k in keys:
         cells[(shape_class(k[2], k[3], k[4]), k[5], k[1])].append(k)
     for (c, t, lay), ks in sorted(cells.items()):
-        r = {l: geomean([med[(l, k)][0] / med[(baseline, k)][0] for k in ks if (l, k) in med]) for l in LIBS}
-        best = geomean([max(med[(l, k)][0] for l in LIBS if (l, k) in med) / med[(baseline, k)][0]
-                        for k in ks if any((l, k) in med for l in LIBS)])
-        print(f"| {c} | {t} | {lay} | {len(ks)} | {r['onednn_matmul']:.2f}x | {r['openblas']:.2f}x | {best:.2f}x |")
+        r = {l: geomean([med[(l, k)][0] / med[(baseline, k)][0] for k in ks if (l, k) in med]) for l in libs}
+        best = geomean([max(med[(l, k)][0] for l in libs if (l, k) in med) / med[(baseline, k)][0]
+                        for k in ks if any((l, k) in med for l in libs)])
+        print(f"| {c} | {t} | {lay} | {len(ks)} | " + "".join(f"{r[l]:.2f}x | " for l in libs) + f"{best:.2f}x |")
 
 
 def main():
@@ -90,11 +95,13 @@ def main():
     ap.add_argument("json")
     ap.add_argument("--ours", default="tuned_packed")
     ap.add_argument("--baseline", default="default_packed")
+    ap.add_argument("--libs", default=",".join(LIBS), help="the library rows to compare with, comma-separated")
     ap.add_argument("--by-class", action="store_true")
     a = ap.parse_args()
+    libs = tuple(a.libs.split(","))
     med, bounds, warm = load(a.json)
     if a.by_class:
-        return by_class(med, a.baseline)
+        return by_class(med, a.baseline, libs)
     keys = sorted({k for (who, k) in med if who == a.ours})
     if not keys:
         sys.exit(f"no '{a.ours}' rows in {a.json}")
@@ -109,9 +116,9 @@ def main():
         r_lib, r_def, lows = [], [], []
         for k in ks:
             ours = med[(a.ours, k)][0]
-            libs = [med[(l, k)][0] for l in LIBS if (l, k) in med]
-            if libs:
-                r = ours / max(libs)
+            times = [med[(l, k)][0] for l in libs if (l, k) in med]
+            if times:
+                r = ours / max(times)
                 r_lib.append(r)
                 lows.append((r, f"m={k[2]} n={k[3]} k={k[4]}"))
             if (a.baseline, k) in med:
