@@ -357,16 +357,24 @@ bool TileRuleHolds(const OpKey& key, const DeviceInfo& d) {
   return (d.vendor == "GenuineIntel" && key.n() >= 512) || (d.threads > 1 && key.Flops() < 80e6);
 }
 
+// Per-call weights of a large key on an AMD AVX-512 host where oneDNN may use the
+// thread budget (one thread, or passive OpenMP waiting): 1 where oneDNN's fitted
+// threads are at least the own rule's (ThreadsForWork), 0 where they are fewer, -1
+// for every other key and host.
+int PerCallOnednnThreadsSuffice(const OpKey& key, const DeviceInfo& d) {
+  const KernelVariant* v = FindKernelVariant("cpu_f32_gemm_onednn");
+  if (!v || key.constant_weights || !(d.isa & kIsaAvx512) || d.vendor != "AuthenticAMD" ||
+      !(d.threads == 1 || testing::OmpWaitsPassively()) || ShapeClassOf(key) != ShapeClass::kLarge)
+    return -1;
+  return VariantDefaultSchedule(*v, key, d).params[v->ParamIndex("threads")] >= cpu::ThreadsForWork(key, d);
+}
+
 // oneDNN's device and weights condition: AVX-512 and the thread budget usable (one
-// thread, or passive OpenMP waiting); constant weights, or per-call weights of a large
-// key on an AMD host where oneDNN's fitted threads are at least the own rule's
-// (ThreadsForWork).
+// thread, or passive OpenMP waiting); constant weights, or per-call weights where
+// PerCallOnednnThreadsSuffice.
 bool OnednnRuleHolds(const OpKey& key, const DeviceInfo& d) {
   if (!(d.isa & kIsaAvx512) || !(d.threads == 1 || testing::OmpWaitsPassively())) return false;
-  if (key.constant_weights) return true;
-  const KernelVariant* v = FindKernelVariant("cpu_f32_gemm_onednn");
-  return d.vendor == "AuthenticAMD" && ShapeClassOf(key) == ShapeClass::kLarge && v &&
-         VariantDefaultSchedule(*v, key, d).params[v->ParamIndex("threads")] >= cpu::ThreadsForWork(key, d);
+  return key.constant_weights || PerCallOnednnThreadsSuffice(key, d) == 1;
 }
 
 // The measured rule for large keys (cpu_kernels.cc, gemm_params.h, gemm_library.h):
@@ -375,9 +383,11 @@ bool OnednnRuleHolds(const OpKey& key, const DeviceInfo& d) {
 // oneDNN's matmul on an AVX-512 host where it may use the thread budget, with its
 // weights reordered once for constant-weights keys, and as stored for per-call keys on
 // an AMD host where it runs as many threads as the own rule (through dnnl_sgemm where
-// neither operand is transposed and n > 64); OpenBLAS for every other large key.
+// neither operand is transposed and n > 64), the own 8x32 tile for the per-call keys
+// there whose oneDNN threads are fewer; OpenBLAS for every other large key.
 // Checked on the host, the same host seen as AVX2-only and with one thread, each as an
-// Intel and as an AMD CPU, on wide and narrow keys.
+// Intel and as an AMD CPU, on wide and narrow keys (ctest runs it again with passive
+// OpenMP waiting: library_rules_with_passive_openmp).
 TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
   const bool onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr;
   const bool openblas = FindKernelVariant("cpu_f32_gemm_openblas") != nullptr;
@@ -395,7 +405,7 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
         ASSERT_TRUE(s.ok());
         SCOPED_TRACE(fmt::format("{} on {} {} (isa {}, {} threads)", key.ToString(), d.vendor, d.fingerprint, d.isa,
                                  d.threads));
-        if (TileRuleHolds(key, d)) {
+        if (TileRuleHolds(key, d) || (onednn && PerCallOnednnThreadsSuffice(key, d) == 0)) {
           EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_8x32__avx512") << s->ToString();
           continue;
         }

@@ -180,7 +180,11 @@ bool GemmTileDefault(const OpKey& key, const DeviceInfo& device) {
 }
 
 bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
-  if (!key.constant_weights || v.isa != kIsaAvx512 || (device.isa & kIsaAvx512) == 0) return false;
+  if (v.isa != kIsaAvx512 || (device.isa & kIsaAvx512) == 0) return false;
+#ifdef CLIFFGUARD_WITH_ONEDNN
+  if (!key.constant_weights) return PerCallLargeOnAmd(key, device) && !OnednnThreadsSuffice(key, device);
+#endif
+  if (!key.constant_weights) return false;
   if (GemmTileDefault(key, device)) return true;
   if (key.m() <= kGemvPackedMaxM || key.m() > kGemvMaxM || key.n() < v.config.gemm.nr) return false;
   const bool big_weights = WeightElements(key) >= double(kLargeWeightsElements);

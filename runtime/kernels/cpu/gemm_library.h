@@ -117,17 +117,29 @@ inline constexpr int64_t kOnednnSgemmMinM = GemvMaxM(false) + 1;
 inline constexpr int64_t kOnednnSgemmAliasBytes = 4096;
 inline constexpr int64_t kOnednnSgemmAliasMarginBytes = 128;
 bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device);
+// Per-call keys of the large class on an AMD AVX-512 host where oneDNN may use the
+// thread budget (one thread, or passive OpenMP waiting). Their default by threads:
+// - oneDNN where its fitted threads are at least the own rule's (OnednnThreadsSuffice;
+//   ThreadsForWork, what OpenBLAS, the default there before, runs): on Zen 4, paired,
+//   the serving set's 84 large rows (BERT, 7B-class, ResNet-50 as GEMM, both layouts,
+//   1 and 2 threads) took 1.06-2.43x as long on OpenBLAS, and mid-size keys (2.6 to 33
+//   MFLOP) 1.01-1.36x on one thread (bench/RESULTS.md, "... per-call large keys");
+// - the own packed tile below that (GemmPreferredDefault): below about 20 MFLOP on two
+//   threads, where oneDNN fits one thread (kOnednnFlopsPerThread) and the own rule two.
+//   On Zen 4, paired, 30 shapes drawn there (4.6 to 18 MFLOP), both layouts: the fitted
+//   8x32 took 0.82x OpenBLAS's two threads' time in geometric mean (0.59-1.12x, faster
+//   on 51 of 60 rows), and 0.83x (nn) and 0.75x (nt) that of the better of oneDNN's
+//   matmul and dnnl_sgemm on two threads (bench/RESULTS.md, "per-call mid-size keys on
+//   two threads run the own tile").
+// On the Intel host OpenBLAS measured ahead with B as stored ("Large nn ..."), and
+// keeps them; without passive waiting OpenBLAS keeps them too (not measured against
+// the own tile).
+bool PerCallLargeOnAmd(const OpKey& key, const DeviceInfo& device);
+bool OnednnThreadsSuffice(const OpKey& key, const DeviceInfo& device);
 // preferred_default(), on an AVX-512 host where oneDNN may use the thread budget (one
 // thread, or passive OpenMP waiting):
 // - per-call keys where OnednnSkinnySgemmFits;
-// - per-call keys of the large class on an AMD host, where oneDNN's fitted threads are
-//   at least the own rule's (ThreadsForWork, what OpenBLAS, the default there before,
-//   runs): on Zen 4, paired, the serving set's 84 large rows (BERT, 7B-class, ResNet-50
-//   as GEMM, both layouts, 1 and 2 threads) took 1.06-2.43x as long on OpenBLAS, and
-//   mid-size keys (2.6 to 33 MFLOP) 1.01-1.36x on one thread; on two, below about 20
-//   MFLOP oneDNN's one thread took 1.04-1.41x OpenBLAS's two, which the thread
-//   condition leaves to OpenBLAS (bench/RESULTS.md, "... per-call large keys"). On the
-//   Intel host OpenBLAS measured ahead with B as stored ("Large nn ..."), and keeps them;
+// - per-call keys where PerCallLargeOnAmd and OnednnThreadsSuffice;
 // - constant-weights keys with m at least
 // OnednnDefaultMinM, n > 16 and m*n*k > 2^21: the large class, and decode steps of 9
 // to 16 tokens on one thread or with weights of at least 2^21 elements (8 MiB), of 16
@@ -188,8 +200,8 @@ Status OpenblasCoreFits(const KernelVariant& v, const char* core, uint32_t isa);
 Status OpenblasCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
 void OpenblasFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
 // preferred_default(): large keys (measured 1.00-1.28x the own packed default on an
-// AVX2 host; on an AVX-512 host oneDNN, ahead of it in the table, takes the
-// constant-weights ones it prefers).
+// AVX2 host; on an AVX-512 host oneDNN and the own tiles, ahead of it in the table,
+// take the ones they prefer: constant weights, and on AMD per-call keys by threads).
 bool OpenblasPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 // candidates: ThreadCountCandidates, the fitted count first.
 std::vector<ParamValues> OpenblasCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);

@@ -220,12 +220,19 @@ bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device) {
   return r > kOnednnSgemmAliasMarginBytes && r < kOnednnSgemmAliasBytes - kOnednnSgemmAliasMarginBytes;
 }
 
+bool PerCallLargeOnAmd(const OpKey& key, const DeviceInfo& device) {
+  return !key.constant_weights && device.vendor == kCpuVendorAmd && (device.isa & kIsaAvx512) != 0 &&
+         (device.threads == 1 || onednn::OmpWaitsPassively()) && ShapeClassOf(key) == ShapeClass::kLarge;
+}
+
+bool OnednnThreadsSuffice(const OpKey& key, const DeviceInfo& device) {
+  return onednn::FittedThreads(key, device) >= ThreadsForWork(key, device);
+}
+
 bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
   if ((device.isa & kIsaAvx512) == 0 || !(device.threads == 1 || onednn::OmpWaitsPassively())) return false;
   if (!key.constant_weights)
-    return OnednnSkinnySgemmFits(key, device) ||
-           (device.vendor == kCpuVendorAmd && ShapeClassOf(key) == ShapeClass::kLarge &&
-            onednn::FittedThreads(key, device) >= ThreadsForWork(key, device));
+    return OnednnSkinnySgemmFits(key, device) || (PerCallLargeOnAmd(key, device) && OnednnThreadsSuffice(key, device));
   if (GemmTileDefault(key, device)) return false;  // the own tiles' (gemm_params.h)
   const GemmView g = GemmViewOf(key);
   return g.m >= OnednnDefaultMinM(device.threads, g.n, g.k) && g.n > 16 &&

@@ -153,7 +153,9 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
 //   weights with m of 9 to 16"): the fitted 8x32 on packed weights took 0.33-1.00x the
 //   time of the default it replaced (the dot-product GEMV or oneDNN), and 0.94-0.98x
 //   oneDNN's speed at 9 x 4096 x 4096 and 10 x 3072 x 768 on one thread;
-// - and those above kGemvMaxM that GemmTileDefault gives the own tiles.
+// - and those above kGemvMaxM that GemmTileDefault gives the own tiles;
+// and per-call keys that oneDNN's threads leave to them (PerCallLargeOnAmd and not
+// OnednnThreadsSuffice, gemm_library.h; built with oneDNN).
 inline constexpr int64_t kGemmSmallMTileMinM = 12;
 bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 // Constant-weights keys with m above kGemvMaxM that default to the own tiles, ahead
