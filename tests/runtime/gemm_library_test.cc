@@ -176,7 +176,7 @@ TEST(cpu_f32_gemm_onednn, ThreadsNeedPassiveOpenMpWaiting) {
     EXPECT_EQ(cpu::ThreadsForWork(small, d), 4);
     // 25.2 MFLOP: 2.5 threads, and 0.67 more for 0.5 MiB of weights (kOnednnWeightBytesPerThread).
     EXPECT_EQ(VariantDefaultSchedule(*v, OpKey::Gemm(96, 512, 256), d).params[0], 3);
-    EXPECT_EQ(VariantDefaultSchedule(*v, OpKey::Gemm(96, 512, 192), d).params[0], 2);  // 18.9 MFLOP, 0.375 MiB: 1.9 + 0.5
+    EXPECT_EQ(VariantDefaultSchedule(*v, OpKey::Gemm(96, 512, 192), d).params[0], 2);  // 18.9 MFLOP, 0.375 MiB
     // The weights count too: reading them takes time. 12.6 MFLOP and 1.5 MiB: 1.3 + 2.
     EXPECT_EQ(VariantDefaultSchedule(*v, OpKey::Gemm(16, 512, 768), d).params[0], 3);
     EXPECT_EQ(v->candidates(*v, small, d).front()[0], 1);
@@ -383,8 +383,9 @@ bool OnednnRuleHolds(const OpKey& key, const DeviceInfo& d) {
 // oneDNN's matmul on an AVX-512 host where it may use the thread budget, with its
 // weights reordered once for constant-weights keys, and as stored for per-call keys on
 // an AMD host where it runs as many threads as the own rule (through dnnl_sgemm where
-// neither operand is transposed and n > 64), the own 8x32 tile for the per-call keys
-// there whose oneDNN threads are fewer; OpenBLAS for every other large key.
+// neither operand is transposed and n > 64, or only B is, with k <= 128), the own 8x32
+// tile for the per-call keys there whose oneDNN threads are fewer; OpenBLAS for every
+// other large key.
 // Checked on the host, the same host seen as AVX2-only and with one thread, each as an
 // Intel and as an AMD CPU, on wide and narrow keys (ctest runs it again with passive
 // OpenMP waiting: library_rules_with_passive_openmp).
@@ -415,7 +416,9 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
         EXPECT_STREQ(s->variant->name, want) << s->ToString();
         if (!want_onednn) continue;
         EXPECT_EQ(s->params[s->variant->ParamIndex("reorder_b")], key.constant_weights ? 1 : 0) << s->ToString();
-        const bool sgemm = !key.constant_weights && t == 0 && d.vendor == "AuthenticAMD" && n > 64;
+        // dnnl_sgemm: per-call nn with n > 64, and per-call nt with rows of B (k floats) of at most 512 B.
+        const bool sgemm =
+            !key.constant_weights && d.vendor == "AuthenticAMD" && ((t == 0 && n > 64) || (t == 2 && k <= 128));
         EXPECT_EQ(s->params[s->variant->ParamIndex("api")], sgemm ? 1 : 0) << s->ToString();
       }
 }

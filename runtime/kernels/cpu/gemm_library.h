@@ -90,18 +90,24 @@ Status OnednnCheck(const KernelVariant& v, const OpKey& key, const ParamValues& 
 // 1 without passive OpenMP waiting; reorder_b = 1 for constant weights (reordered
 // once, by the plan), else 0; api = 1 where OnednnSgemmFits.
 void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
-// dnnl_sgemm (api = 1), for per-call `nn` keys (neither operand transposed) on an
-// AMD host with n of at least kOnednnSgemmMinN:
-// - of the large class, in place of the matmul on B as stored. Measured on Zen 4,
-//   paired, per call (bench/RESULTS.md, "per-call nn keys call dnnl_sgemm"): on the
-//   86 rows this rule gives dnnl_sgemm (serving set and drawn shapes, 1 and 2
-//   threads) the matmul took 1.09x its time in geometric mean (0.92-1.30x, above 1.0
-//   on 79); at n of 48 and 64 it was 0.92-1.03x, ahead on 6 of 8 rows; with B
-//   transposed the matmul was ahead (dnnl_sgemm took 1.11x its time in geometric
-//   mean on one thread, 1.53x on two);
+// dnnl_sgemm (api = 1), for per-call keys with A as stored on an AMD host:
+// - `nn` of the large class with n of at least kOnednnSgemmMinN, in place of the
+//   matmul on B as stored. Measured on Zen 4, paired, per call (bench/RESULTS.md,
+//   "per-call nn keys call dnnl_sgemm"): on the 86 rows this rule gives dnnl_sgemm
+//   (serving set and drawn shapes, 1 and 2 threads) the matmul took 1.09x its time in
+//   geometric mean (0.92-1.30x, above 1.0 on 79); at n of 48 and 64 it was
+//   0.92-1.03x, ahead on 6 of 8 rows;
+// - `nt` of the large class whose rows of B (k elements) are at most
+//   kOnednnSgemmNtMaxRowBytes long. With longer rows the matmul was ahead (dnnl_sgemm
+//   took 1.11x its time in geometric mean on one thread, 1.53x on two, k of 768 and
+//   more; 1.14-1.40x at k = 512); up to 512 B, on 68 rows (37 shapes drawn with k of 16
+//   to 128, 1 and 2 threads), the matmul took 1.07x dnnl_sgemm's time in geometric
+//   mean (0.87-1.41x, above 1.0 on 53; bench/RESULTS.md, "per-call nt keys with short
+//   rows of B call dnnl_sgemm");
 // - OnednnSkinnySgemmFits: decode steps of kOnednnSgemmMinM to 16 tokens, in place of
 //   the own packed tile, where it is the built-in default too.
 inline constexpr int64_t kOnednnSgemmMinN = 65;
+inline constexpr int64_t kOnednnSgemmNtMaxRowBytes = 512;
 bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device);
 // Skinny per-call `nn` keys (m from kOnednnSgemmMinM to 16, m*n*k above 2^21) on a
 // one-thread budget whose rows of B stay more than kOnednnSgemmAliasMarginBytes away

@@ -207,8 +207,11 @@ void OnednnFitDefaults(const KernelVariant& /*v*/, const OpKey& key, const Devic
 }
 
 bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device) {
-  return PerCallNnOnAmd(key, device) &&
-         (ShapeClassOf(key) == ShapeClass::kLarge || OnednnSkinnySgemmFits(key, device));
+  const bool nt_short_rows = !key.constant_weights && !key.trans_a && key.trans_b &&
+                             device.vendor == kCpuVendorAmd && ShapeClassOf(key) == ShapeClass::kLarge &&
+                             key.k() * int64_t(DTypeSize(key.dtype)) <= kOnednnSgemmNtMaxRowBytes;
+  return nt_short_rows || (PerCallNnOnAmd(key, device) &&
+                           (ShapeClassOf(key) == ShapeClass::kLarge || OnednnSkinnySgemmFits(key, device)));
 }
 
 bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device) {
