@@ -423,15 +423,16 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
       }
 }
 
-// Per-call `nn` decode steps of 5 to 16 tokens on a one-thread AMD AVX-512 host whose
-// rows of B are more than 128 B from every multiple of 4 KiB, with m*n*k > 2^21 and
-// n > 64: dnnl_sgemm (OnednnSkinnySgemmFits), written out here from its rule.
+// Per-call `nn` decode steps of 5 to 16 tokens on an AMD AVX-512 host whose rows of B
+// are more than 128 B from every multiple of 4 KiB, with n > 64 and m*n*k above 2^21
+// on a one-thread budget, above 2^24 on two (with passive OpenMP waiting): dnnl_sgemm
+// (OnednnSkinnySgemmFits), written out here from its rule.
 bool SkinnySgemmRuleHolds(const OpKey& key, const DeviceInfo& d) {
-  if (!(d.isa & kIsaAvx512) || d.threads != 1 || d.vendor != "AuthenticAMD" || key.constant_weights ||
-      key.trans_a || key.trans_b)
+  if (!(d.isa & kIsaAvx512) || d.threads > 2 || d.vendor != "AuthenticAMD" || key.constant_weights ||
+      key.trans_a || key.trans_b || (d.threads == 2 && !testing::OmpWaitsPassively()))
     return false;
-  const int64_t row_bytes = key.n() * 4;
-  return key.m() >= 5 && key.m() <= 16 && key.n() > 64 && key.m() * key.n() * key.k() > (int64_t{1} << 21) &&
+  const int64_t row_bytes = key.n() * 4, min_work = int64_t{1} << (d.threads == 1 ? 21 : 24);
+  return key.m() >= 5 && key.m() <= 16 && key.n() > 64 && key.m() * key.n() * key.k() > min_work &&
          row_bytes % 4096 > 128 && row_bytes % 4096 < 4096 - 128;
 }
 
@@ -456,7 +457,8 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
                         {9, 768, 768, 0, 0},     {15, 2048, 1023, 0, 0}, {16, 768, 768, 0, 0},
                         {16, 11008, 4096, 0, 0}, {16, 16, 4096, 0, 0},  {8, 64, 64, 0, 0},
                         {12, 2784, 360, 0, 0},   {16, 2048, 1024, 0, 0}, {10, 1000, 3000, 1, 1},
-                        {7, 992, 1024, 0, 0},    {6, 1624, 3058, 0, 0},  {7, 512, 2368, 0, 0}};
+                        {7, 992, 1024, 0, 0},    {6, 1624, 3058, 0, 0},  {7, 512, 2368, 0, 0},
+                        {8, 2000, 1048, 0, 0},   {8, 2000, 1049, 0, 0}};  // either side of 2^24
   for (const DeviceInfo& d : RuleDevices())
     for (const Case& c : cases)
       for (bool trans_b : {false, true})

@@ -109,19 +109,25 @@ void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInf
 inline constexpr int64_t kOnednnSgemmMinN = 65;
 inline constexpr int64_t kOnednnSgemmNtMaxRowBytes = 512;
 bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device);
-// Skinny per-call `nn` keys (m from kOnednnSgemmMinM to 16, m*n*k above 2^21) on a
-// one-thread budget whose rows of B stay more than kOnednnSgemmAliasMarginBytes away
-// from every multiple of kOnednnSgemmAliasBytes. Measured on Zen 4, paired, per call,
-// 76 rows of m = 5 to 16 on one thread (bench/RESULTS.md, "... decode steps call
-// dnnl_sgemm"): on the 44 such rows the own packed tile took 1.11x dnnl_sgemm's time
-// in geometric mean (0.93-1.51x, 1.0 or more on 36); on the 32 others 0.67-1.05x
-// (0.88x; likely cause, not checked with counters: dnnl_sgemm's loads from rows a
-// multiple of 4 KiB apart fall into a few cache sets). On two threads the fitting
-// rows were 0.68-1.30x (1.02x in geometric mean) and the own tile stays; below
-// kOnednnSgemmMinM the own small-m kernels were ahead.
+// Skinny per-call `nn` keys (m from kOnednnSgemmMinM to 16) whose rows of B stay more
+// than kOnednnSgemmAliasMarginBytes away from every multiple of kOnednnSgemmAliasBytes,
+// with m*n*k above OnednnSkinnySgemmMinWork of the thread budget (one or two threads).
+// Measured on Zen 4, paired, per call (bench/RESULTS.md, "... decode steps call
+// dnnl_sgemm"): on one thread, 76 rows of m = 5 to 16: on the 44 such rows the own
+// packed tile took 1.11x dnnl_sgemm's time in geometric mean (0.93-1.51x, 1.0 or more
+// on 36); on the 32 others 0.67-1.05x (0.88x; likely cause, not checked with
+// counters: dnnl_sgemm's loads from rows a multiple of 4 KiB apart fall into a few
+// cache sets). On two threads the own tile was ahead up to 2^24 (0.95x dnnl_sgemm's
+// time on 20 shapes) and behind above it: 1.05x on the 29 shapes of the fitting
+// sweeps (0.87-1.30x), 1.14x on 20 drawn afresh (1.03-1.39x; "... decode steps of 5
+// to 16 tokens on two threads"). Below kOnednnSgemmMinM the own small-m kernels were
+// ahead; budgets above two threads are not timed.
 inline constexpr int64_t kOnednnSgemmMinM = GemvMaxM(false) + 1;
 inline constexpr int64_t kOnednnSgemmAliasBytes = 4096;
 inline constexpr int64_t kOnednnSgemmAliasMarginBytes = 128;
+constexpr double OnednnSkinnySgemmMinWork(int threads) {
+  return threads == 1 ? kSmallClassMaxWork : double(int64_t{1} << 24);
+}
 bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device);
 // Per-call keys of the large class on an AMD AVX-512 host where oneDNN may use the
 // thread budget (one thread, or passive OpenMP waiting). Their default by threads:

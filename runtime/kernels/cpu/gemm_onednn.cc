@@ -215,10 +215,10 @@ bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device) {
 }
 
 bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device) {
-  if (!PerCallNnOnAmd(key, device) || device.threads != 1 || key.m() < kOnednnSgemmMinM ||
+  if (!PerCallNnOnAmd(key, device) || device.threads > 2 || key.m() < kOnednnSgemmMinM ||
       ShapeClassOf(key) != ShapeClass::kSkinny)
     return false;
-  if (double(key.m()) * double(key.n()) * double(key.k()) <= kSmallClassMaxWork) return false;
+  if (double(key.m()) * double(key.n()) * double(key.k()) <= OnednnSkinnySgemmMinWork(device.threads)) return false;
   const int64_t r = key.n() * int64_t(DTypeSize(key.dtype)) % kOnednnSgemmAliasBytes;
   return r > kOnednnSgemmAliasMarginBytes && r < kOnednnSgemmAliasBytes - kOnednnSgemmAliasMarginBytes;
 }
