@@ -313,8 +313,20 @@ TEST(cpu_f32_gemm_openblas, ConcurrentCallers) {
 
 // ---- Their place in the table ----
 
+// Per-call `nn` keys of the small class on an AMD AVX-512 host where oneDNN's fitted
+// threads are at least the own rule's: dnnl_sgemm (OnednnSmallSgemmFits), written out
+// here from its rule.
+bool SmallSgemmRuleHolds(const OpKey& key, const DeviceInfo& d) {
+  const KernelVariant* v = FindKernelVariant("cpu_f32_gemm_onednn");
+  return v && !key.constant_weights && !key.trans_a && !key.trans_b && d.vendor == "AuthenticAMD" &&
+         (d.isa & kIsaAvx512) && (d.threads == 1 || testing::OmpWaitsPassively()) &&
+         ShapeClassOf(key) == ShapeClass::kSmall &&
+         VariantDefaultSchedule(*v, key, d).params[v->ParamIndex("threads")] >= cpu::ThreadsForWork(key, d);
+}
+
 // After the project's own variants, before the portable reference; the built-in
-// default of skinny and small keys is never a library variant.
+// default of skinny and small keys is a library variant only where a measured rule
+// says so (for these keys: SmallSgemmRuleHolds).
 TEST(CpuGemmTable, LibraryVariantsSitBeforeTheReference) {
   const auto all = cpu::CpuKernelVariants();
   std::vector<size_t> library;
@@ -331,6 +343,7 @@ TEST(CpuGemmTable, LibraryVariantsSitBeforeTheReference) {
       key.constant_weights = (t >> 2) != 0;
       auto s = DefaultSchedule(key, Host());
       ASSERT_TRUE(s.ok());
+      if (SmallSgemmRuleHolds(key, Host())) continue;
       for (size_t i : library) EXPECT_STRNE(s->variant->name, all[i].name) << s->ToString();
     }
 }
@@ -487,6 +500,41 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
           EXPECT_EQ(std::string_view(s->variant->name).starts_with("cpu_f32_gemv_packed__"), packed_panels)
               << s->ToString();
         }
+}
+
+// Small keys (m and n above 16, m*n*k at most 2^21): dnnl_sgemm on oneDNN's fitted
+// threads where SmallSgemmRuleHolds, else an own kernel. Checked on the rule devices
+// (and, under ctest's passive rerun, with oneDNN's threads usable) on keys either side
+// of the thread condition (128 x 128 x 128: 4.2 MFLOP, two own threads on a budget of
+// two).
+TEST(CpuGemmTable, TheBuiltInDefaultOfSmallKeysFollowsTheMeasuredRule) {
+  const bool onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr;
+  if (!onednn) GTEST_SKIP() << "this build has no oneDNN variant";
+  const std::array<int64_t, 3> shapes[] = {{49, 64, 64}, {196, 60, 128}, {30, 100, 90}, {17, 17, 17}, {128, 128, 128},
+                                           {120, 48, 200}};
+  int sgemm = 0;
+  for (const DeviceInfo& d : RuleDevices())
+    for (const auto& [m, n, k] : shapes)
+      for (int t = 0; t < 8; ++t) {
+        OpKey key = OpKey::Gemm(m, n, k, t & 1, (t >> 1) & 1);
+        key.constant_weights = (t >> 2) != 0;
+        ASSERT_EQ(ShapeClassOf(key), ShapeClass::kSmall) << key.ToString();
+        auto s = DefaultSchedule(key, d);
+        ASSERT_TRUE(s.ok());
+        SCOPED_TRACE(fmt::format("{} on {} {} (isa {}, {} threads)", key.ToString(), d.vendor, d.fingerprint, d.isa,
+                                 d.threads));
+        if (SmallSgemmRuleHolds(key, d)) {
+          ++sgemm;
+          EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_onednn") << s->ToString();
+          EXPECT_EQ(s->params[s->variant->ParamIndex("api")], 1) << s->ToString();
+          EXPECT_EQ(s->params[s->variant->ParamIndex("reorder_b")], 0) << s->ToString();
+          EXPECT_EQ(s->params[s->variant->ParamIndex("threads")], 1) << s->ToString();
+        } else {
+          EXPECT_EQ(std::string_view(s->variant->name).find("_onednn"), std::string_view::npos) << s->ToString();
+          EXPECT_EQ(std::string_view(s->variant->name).find("_openblas"), std::string_view::npos) << s->ToString();
+        }
+      }
+  if ((Host().isa & kIsaAvx512) != 0) EXPECT_GT(sgemm, 0);  // the AMD view of the host's one-thread budget
 }
 
 }  // namespace

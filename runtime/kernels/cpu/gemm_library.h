@@ -4,8 +4,8 @@
 // found at configure time (CLIFFGUARD_WITH_ONEDNN, CLIFFGUARD_WITH_OPENBLAS; see
 // cmake/CliffguardLibraries.cmake). They sit in CpuKernelVariants() after the
 // project's own AVX-512/AVX2 variants and before the portable reference: the
-// built-in default picks one only where its preferred_default() rule holds (large
-// keys); the tuner searches them like any variant.
+// built-in default picks one only where its preferred_default() rule holds (measured
+// per shape class); the tuner searches them like any variant.
 //
 // Both declare isa = kIsaAvx2: the libraries dispatch on the host themselves, and a
 // host below AVX2 keeps the portable reference as its only variant.
@@ -104,8 +104,9 @@ void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInf
 //   to 128, 1 and 2 threads), the matmul took 1.07x dnnl_sgemm's time in geometric
 //   mean (0.87-1.41x, above 1.0 on 53; bench/RESULTS.md, "per-call nt keys with short
 //   rows of B call dnnl_sgemm");
-// - OnednnSkinnySgemmFits: decode steps of kOnednnSgemmMinM to 16 tokens, in place of
-//   the own packed tile, where it is the built-in default too.
+// - OnednnSkinnySgemmFits: decode steps of kOnednnSgemmMinM to 16 tokens, and
+//   OnednnSmallSgemmFits: keys of the small class, each in place of the own packed
+//   tile, where it is the built-in default too.
 inline constexpr int64_t kOnednnSgemmMinN = 65;
 inline constexpr int64_t kOnednnSgemmNtMaxRowBytes = 512;
 bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device);
@@ -129,6 +130,14 @@ constexpr double OnednnSkinnySgemmMinWork(int threads) {
   return threads == 1 ? kSmallClassMaxWork : double(int64_t{1} << 24);
 }
 bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device);
+// Per-call `nn` keys of the small class (m and n above 16, m*n*k at most 2^21) on an
+// AMD AVX-512 host, where oneDNN's fitted threads (one, at this size) are at least the
+// own rule's. Measured on Zen 4, paired, per call, 30 shapes drawn in the class
+// (bench/RESULTS.md, "per-call small nn keys call dnnl_sgemm"): the own packed tile
+// took 1.27x dnnl_sgemm's time on one thread in geometric mean, 1.05-1.53x, behind
+// on all 59 rows of one- and two-thread budgets that the thread condition keeps (and
+// 1.22x OpenBLAS's, 0.86-1.84x). With B transposed the own tile was level (1.00x).
+bool OnednnSmallSgemmFits(const OpKey& key, const DeviceInfo& device);
 // Per-call keys of the large class on an AMD AVX-512 host where oneDNN may use the
 // thread budget (one thread, or passive OpenMP waiting). Their default by threads:
 // - oneDNN where its fitted threads are at least the own rule's (OnednnThreadsSuffice;
@@ -150,7 +159,7 @@ bool PerCallLargeOnAmd(const OpKey& key, const DeviceInfo& device);
 bool OnednnThreadsSuffice(const OpKey& key, const DeviceInfo& device);
 // preferred_default(), on an AVX-512 host where oneDNN may use the thread budget (one
 // thread, or passive OpenMP waiting):
-// - per-call keys where OnednnSkinnySgemmFits;
+// - per-call keys where OnednnSkinnySgemmFits or OnednnSmallSgemmFits;
 // - per-call keys where PerCallLargeOnAmd and OnednnThreadsSuffice;
 // - constant-weights keys with m at least
 // OnednnDefaultMinM, n > 16 and m*n*k > 2^21: the large class, and decode steps of 9

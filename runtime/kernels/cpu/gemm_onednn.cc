@@ -206,7 +206,13 @@ void OnednnFitDefaults(const KernelVariant& /*v*/, const OpKey& key, const Devic
   p[kOnednnApi] = OnednnSgemmFits(key, device) ? kOnednnSgemm : kOnednnMatmul;
 }
 
+bool OnednnSmallSgemmFits(const OpKey& key, const DeviceInfo& device) {
+  return !key.constant_weights && !key.trans_a && !key.trans_b && device.vendor == kCpuVendorAmd &&
+         (device.isa & kIsaAvx512) != 0 && ShapeClassOf(key) == ShapeClass::kSmall && OnednnThreadsSuffice(key, device);
+}
+
 bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device) {
+  if (OnednnSmallSgemmFits(key, device)) return true;
   const bool nt_short_rows = !key.constant_weights && !key.trans_a && key.trans_b &&
                              device.vendor == kCpuVendorAmd && ShapeClassOf(key) == ShapeClass::kLarge &&
                              key.k() * int64_t(DTypeSize(key.dtype)) <= kOnednnSgemmNtMaxRowBytes;
@@ -235,7 +241,8 @@ bool OnednnThreadsSuffice(const OpKey& key, const DeviceInfo& device) {
 bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
   if ((device.isa & kIsaAvx512) == 0 || !(device.threads == 1 || onednn::OmpWaitsPassively())) return false;
   if (!key.constant_weights)
-    return OnednnSkinnySgemmFits(key, device) || (PerCallLargeOnAmd(key, device) && OnednnThreadsSuffice(key, device));
+    return OnednnSkinnySgemmFits(key, device) || OnednnSmallSgemmFits(key, device) ||
+           (PerCallLargeOnAmd(key, device) && OnednnThreadsSuffice(key, device));
   if (GemmTileDefault(key, device)) return false;  // the own tiles' (gemm_params.h)
   const GemmView g = GemmViewOf(key);
   return g.m >= OnednnDefaultMinM(device.threads, g.n, g.k) && g.n > 16 &&
