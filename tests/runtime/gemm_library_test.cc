@@ -313,14 +313,26 @@ TEST(cpu_f32_gemm_openblas, ConcurrentCallers) {
 
 // ---- Their place in the table ----
 
-// Per-call `nn` keys of the small class on an AMD AVX-512 host where oneDNN's fitted
-// threads are at least the own rule's: dnnl_sgemm (OnednnSmallSgemmFits), written out
-// here from its rule.
+// Per-call `nn` keys of the small class on an AMD AVX-512 host below 1 MFLOP, where
+// OpenBLAS's core runs AVX-512 kernels: OpenBLAS (OpenblasTinyFits), written out here
+// from its rule.
+bool TinyOpenblasRuleHolds(const OpKey& key, const DeviceInfo& d) {
+#ifdef CLIFFGUARD_WITH_OPENBLAS
+  return !key.constant_weights && !key.trans_a && !key.trans_b && d.vendor == "AuthenticAMD" &&
+         (d.isa & kIsaAvx512) && ShapeClassOf(key) == ShapeClass::kSmall && 2.0 * key.m() * key.n() * key.k() < 1e6 &&
+         (cpu::OpenblasCoreIsa(cpu::OpenblasCore()) & kIsaAvx512);
+#else
+  return false;
+#endif
+}
+
+// The others of those keys where oneDNN's fitted threads are at least the own rule's:
+// dnnl_sgemm (OnednnSmallSgemmFits), written out here from its rule.
 bool SmallSgemmRuleHolds(const OpKey& key, const DeviceInfo& d) {
   const KernelVariant* v = FindKernelVariant("cpu_f32_gemm_onednn");
   return v && !key.constant_weights && !key.trans_a && !key.trans_b && d.vendor == "AuthenticAMD" &&
          (d.isa & kIsaAvx512) && (d.threads == 1 || testing::OmpWaitsPassively()) &&
-         ShapeClassOf(key) == ShapeClass::kSmall &&
+         ShapeClassOf(key) == ShapeClass::kSmall && !TinyOpenblasRuleHolds(key, d) &&
          VariantDefaultSchedule(*v, key, d).params[v->ParamIndex("threads")] >= cpu::ThreadsForWork(key, d);
 }
 
@@ -343,7 +355,7 @@ TEST(CpuGemmTable, LibraryVariantsSitBeforeTheReference) {
       key.constant_weights = (t >> 2) != 0;
       auto s = DefaultSchedule(key, Host());
       ASSERT_TRUE(s.ok());
-      if (SmallSgemmRuleHolds(key, Host())) continue;
+      if (SmallSgemmRuleHolds(key, Host()) || TinyOpenblasRuleHolds(key, Host())) continue;
       for (size_t i : library) EXPECT_STRNE(s->variant->name, all[i].name) << s->ToString();
     }
 }
@@ -502,16 +514,17 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
         }
 }
 
-// Small keys (m and n above 16, m*n*k at most 2^21): dnnl_sgemm on oneDNN's fitted
-// threads where SmallSgemmRuleHolds, else an own kernel. Checked on the rule devices
-// (and, under ctest's passive rerun, with oneDNN's threads usable) on keys either side
-// of the thread condition (128 x 128 x 128: 4.2 MFLOP, two own threads on a budget of
-// two).
+// Small keys (m and n above 16, m*n*k at most 2^21): OpenBLAS on one thread where
+// TinyOpenblasRuleHolds, dnnl_sgemm on oneDNN's fitted threads where
+// SmallSgemmRuleHolds, else an own kernel. Checked on the rule devices (and, under
+// ctest's passive rerun, with oneDNN's threads usable) on keys either side of 1 MFLOP
+// and of the thread condition (128 x 128 x 128: 4.2 MFLOP, two own threads on a budget
+// of two).
 TEST(CpuGemmTable, TheBuiltInDefaultOfSmallKeysFollowsTheMeasuredRule) {
   const bool onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr;
   if (!onednn) GTEST_SKIP() << "this build has no oneDNN variant";
-  const std::array<int64_t, 3> shapes[] = {{49, 64, 64}, {196, 60, 128}, {30, 100, 90}, {17, 17, 17}, {128, 128, 128},
-                                           {120, 48, 200}};
+  const std::array<int64_t, 3> shapes[] = {{49, 64, 64},   {196, 60, 128}, {30, 100, 90},   {17, 17, 17},
+                                           {128, 128, 128}, {120, 48, 200}, {61, 64, 128}, {62, 64, 128}};  // 0.999, 1.016 MFLOP
   int sgemm = 0;
   for (const DeviceInfo& d : RuleDevices())
     for (const auto& [m, n, k] : shapes)
@@ -523,7 +536,10 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfSmallKeysFollowsTheMeasuredRule) {
         ASSERT_TRUE(s.ok());
         SCOPED_TRACE(fmt::format("{} on {} {} (isa {}, {} threads)", key.ToString(), d.vendor, d.fingerprint, d.isa,
                                  d.threads));
-        if (SmallSgemmRuleHolds(key, d)) {
+        if (TinyOpenblasRuleHolds(key, d)) {
+          EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_openblas") << s->ToString();
+          EXPECT_EQ(s->params[s->variant->ParamIndex("threads")], 1) << s->ToString();
+        } else if (SmallSgemmRuleHolds(key, d)) {
           ++sgemm;
           EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_onednn") << s->ToString();
           EXPECT_EQ(s->params[s->variant->ParamIndex("api")], 1) << s->ToString();

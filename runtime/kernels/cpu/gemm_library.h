@@ -61,6 +61,13 @@ inline constexpr size_t kNumLibraryVariants = 0
 
 inline constexpr int32_t kLibraryBoolValues[] = {0, 1};
 
+// Per-call `nn` keys of the small class on an AMD AVX-512 host: the libraries'
+// share of them (OnednnSmallSgemmFits, OpenblasTinyFits).
+inline bool PerCallSmallNnOnAmd(const OpKey& key, const DeviceInfo& device) {
+  return !key.constant_weights && !key.trans_a && !key.trans_b && device.vendor == kCpuVendorAmd &&
+         (device.isa & kIsaAvx512) != 0 && ShapeClassOf(key) == ShapeClass::kSmall;
+}
+
 #ifdef CLIFFGUARD_WITH_ONEDNN
 enum OnednnParam : int { kOnednnThreads = 0, kOnednnReorderB, kOnednnApi };
 // The oneDNN entry point a schedule calls.
@@ -137,6 +144,8 @@ bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device);
 // took 1.27x dnnl_sgemm's time on one thread in geometric mean, 1.05-1.53x, behind
 // on all 59 rows of one- and two-thread budgets that the thread condition keeps (and
 // 1.22x OpenBLAS's, 0.86-1.84x). With B transposed the own tile was level (1.00x).
+// Below kOpenblasTinyMaxFlops OpenBLAS takes them instead where its core runs AVX-512
+// kernels (OpenblasTinyFits).
 bool OnednnSmallSgemmFits(const OpKey& key, const DeviceInfo& device);
 // Per-call keys of the large class on an AMD AVX-512 host where oneDNN may use the
 // thread budget (one thread, or passive OpenMP waiting). Their default by threads:
@@ -222,8 +231,17 @@ Status OpenblasCheck(const KernelVariant& v, const OpKey& key, const ParamValues
 void OpenblasFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
 // preferred_default(): large keys (measured 1.00-1.28x the own packed default on an
 // AVX2 host; on an AVX-512 host oneDNN and the own tiles, ahead of it in the table,
-// take the ones they prefer: constant weights, and on AMD per-call keys by threads).
+// take the ones they prefer: constant weights, and on AMD per-call keys by threads);
+// and OpenblasTinyFits.
 bool OpenblasPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
+// The keys of OnednnSmallSgemmFits with less than kOpenblasTinyMaxFlops of work, where
+// OpenBLAS's core runs AVX-512 kernels (as Cooperlake did on the Zen 4 host). There its
+// one thread took 0.85-0.88x dnnl_sgemm's time in geometric mean in two sweeps of
+// drawn shapes (20 shapes, 40 rows of one- and two-thread budgets, 0.72-1.02x;
+// bench/RESULTS.md, "per-call small nn keys call dnnl_sgemm"); from 1 to 2 MFLOP the
+// two were level, above 2 MFLOP dnnl_sgemm was ahead (OpenBLAS 1.15-1.25x).
+inline constexpr double kOpenblasTinyMaxFlops = 1e6;
+bool OpenblasTinyFits(const OpKey& key, const DeviceInfo& device);
 // candidates: ThreadCountCandidates, the fitted count first.
 std::vector<ParamValues> OpenblasCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 #endif

@@ -207,8 +207,10 @@ void OnednnFitDefaults(const KernelVariant& /*v*/, const OpKey& key, const Devic
 }
 
 bool OnednnSmallSgemmFits(const OpKey& key, const DeviceInfo& device) {
-  return !key.constant_weights && !key.trans_a && !key.trans_b && device.vendor == kCpuVendorAmd &&
-         (device.isa & kIsaAvx512) != 0 && ShapeClassOf(key) == ShapeClass::kSmall && OnednnThreadsSuffice(key, device);
+#ifdef CLIFFGUARD_WITH_OPENBLAS
+  if (OpenblasTinyFits(key, device)) return false;
+#endif
+  return PerCallSmallNnOnAmd(key, device) && OnednnThreadsSuffice(key, device);
 }
 
 bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device) {

@@ -144,8 +144,13 @@ void OpenblasFitDefaults(const KernelVariant& /*v*/, const OpKey& key, const Dev
   p[kOpenblasThreads] = ThreadsForWork(key, device);
 }
 
-bool OpenblasPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& /*device*/) {
-  return ShapeClassOf(key) == ShapeClass::kLarge;
+bool OpenblasPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
+  return ShapeClassOf(key) == ShapeClass::kLarge || OpenblasTinyFits(key, device);
+}
+
+bool OpenblasTinyFits(const OpKey& key, const DeviceInfo& device) {
+  return PerCallSmallNnOnAmd(key, device) && key.Flops() < kOpenblasTinyMaxFlops &&
+         (OpenblasCoreIsa(OpenblasCore()) & kIsaAvx512) != 0;
 }
 
 std::vector<ParamValues> OpenblasCandidates(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
