@@ -174,10 +174,18 @@ Status RunSgemm(const KernelVariant& self, const GemmArgs& args, int threads) {
                "dnnl_sgemm");
 }
 
-// What both dnnl_sgemm rules need: a per-call `nn` key on an AMD host, n > 64.
+// What both `nn` dnnl_sgemm rules need: a per-call `nn` key on an AMD host, n > 64.
 bool PerCallNnOnAmd(const OpKey& key, const DeviceInfo& device) {
   return !key.constant_weights && !key.trans_a && !key.trans_b && device.vendor == kCpuVendorAmd &&
          key.n() >= kOnednnSgemmMinN;
+}
+
+// The `nt` dnnl_sgemm rule: a per-call large key with only B transposed on an AMD
+// host, rows of B up to kOnednnSgemmNtMaxRowBytes.
+bool PerCallNtShortRowsOnAmd(const OpKey& key, const DeviceInfo& device) {
+  return !key.constant_weights && !key.trans_a && key.trans_b && device.vendor == kCpuVendorAmd &&
+         ShapeClassOf(key) == ShapeClass::kLarge &&
+         key.k() * int64_t(DTypeSize(key.dtype)) <= kOnednnSgemmNtMaxRowBytes;
 }
 
 }  // namespace
@@ -214,12 +222,9 @@ bool OnednnSmallSgemmFits(const OpKey& key, const DeviceInfo& device) {
 }
 
 bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device) {
-  if (OnednnSmallSgemmFits(key, device)) return true;
-  const bool nt_short_rows = !key.constant_weights && !key.trans_a && key.trans_b &&
-                             device.vendor == kCpuVendorAmd && ShapeClassOf(key) == ShapeClass::kLarge &&
-                             key.k() * int64_t(DTypeSize(key.dtype)) <= kOnednnSgemmNtMaxRowBytes;
-  return nt_short_rows || (PerCallNnOnAmd(key, device) &&
-                           (ShapeClassOf(key) == ShapeClass::kLarge || OnednnSkinnySgemmFits(key, device)));
+  return OnednnSmallSgemmFits(key, device) || PerCallNtShortRowsOnAmd(key, device) ||
+         (PerCallNnOnAmd(key, device) &&
+          (ShapeClassOf(key) == ShapeClass::kLarge || OnednnSkinnySgemmFits(key, device)));
 }
 
 bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device) {
