@@ -239,7 +239,9 @@ bool OpenblasPreferredDefault(const KernelVariant& v, const OpKey& key, const De
 // one thread took 0.85-0.88x dnnl_sgemm's time in geometric mean in two sweeps of
 // drawn shapes (20 shapes, 40 rows of one- and two-thread budgets, 0.72-1.02x;
 // bench/RESULTS.md, "per-call small nn keys call dnnl_sgemm"); from 1 to 2 MFLOP the
-// two were level, above 2 MFLOP dnnl_sgemm was ahead (OpenBLAS 1.15-1.25x).
+// two were level, above 2 MFLOP dnnl_sgemm was ahead of OpenBLAS's one thread (which
+// took 1.15-1.25x its time; OpenBLAS on two threads took 0.77-0.97x there, left to
+// the tuner).
 inline constexpr double kOpenblasTinyMaxFlops = 1e6;
 bool OpenblasTinyFits(const OpKey& key, const DeviceInfo& device);
 // candidates: ThreadCountCandidates, the fitted count first.
