@@ -335,8 +335,8 @@ TEST(CpuGemmTable, NnTilesOfCStayInRegistersOnAmd) {
   CG_REQUIRE_VARIANT(w, "cpu_f32_gemv_nn__avx512");
   d.vendor = std::string(kCpuVendorAmd);
   EXPECT_EQ(VariantDefaultSchedule(*w, OpKey::Gemm(1, 256, 2048), d).params[cpu::kGemvOrder], 1);  // 1 KiB rows
-  d.threads = 2;
-  EXPECT_EQ(VariantDefaultSchedule(*w, OpKey::Gemm(1, 512, 2048), d).params[cpu::kGemvOrder], 0);  // 2 KiB rows
+  d.threads = 2;  // 2 KiB rows: steps, threads splitting k (next test)
+  EXPECT_EQ(VariantDefaultSchedule(*w, OpKey::Gemm(1, 512, 2048), d).params[cpu::kGemvOrder], cpu::kGemvNNStepsSplitK);
   // More threads: they split k where all of n fits the tile, else n with the tile per
   // thread.
   d.threads = 8;
@@ -346,6 +346,32 @@ TEST(CpuGemmTable, NnTilesOfCStayInRegistersOnAmd) {
   const Schedule by_n = VariantDefaultSchedule(*w, OpKey::Gemm(4, 128, 2048), d);  // a tile of 6 vectors at m = 4
   EXPECT_EQ(by_n.params[cpu::kGemvThreads], 8);
   EXPECT_EQ(by_n.params[cpu::kGemvOrder], cpu::kGemvNNTile);
+}
+
+// Other nn defaults on AMD CPUs with more than one thread: steps with threads
+// splitting k, nb the widest, where a thread's share of a row split by n would be at
+// most kGemvNNSplitKMaxThreadRowBytes; else steps split by n. One thread, or an Intel
+// CPU: steps split by n.
+TEST(CpuGemmTable, NnStepsSplitKOnAmd) {
+  CG_REQUIRE_VARIANT(v, "cpu_f32_gemv_nn__avx512");
+  DeviceInfo d = Host();
+  const auto fit = [&](std::string_view vendor, int threads, int64_t m, int64_t n) {
+    d.vendor = std::string(vendor);
+    d.threads = threads;
+    return VariantDefaultSchedule(*v, OpKey::Gemm(m, n, 2048), d);
+  };
+  const int64_t max_cols = cpu::kGemvNNSplitKMaxThreadRowBytes / 4;
+  for (int64_t m : {1, 4}) {
+    const Schedule s = fit(kCpuVendorAmd, 2, m, 768);
+    EXPECT_EQ(s.params[cpu::kGemvThreads], 2);
+    EXPECT_EQ(s.params[cpu::kGemvOrder], cpu::kGemvNNStepsSplitK) << m;
+    EXPECT_EQ(s.params[cpu::kGemvBlock], std::end(cpu::kGemvNbValues)[-1]) << m;
+    EXPECT_EQ(fit(kCpuVendorAmd, 2, m, 2 * max_cols).params[cpu::kGemvOrder], cpu::kGemvNNStepsSplitK) << m;
+    EXPECT_EQ(fit(kCpuVendorAmd, 2, m, 2 * max_cols + 1).params[cpu::kGemvOrder], cpu::kGemvNNSteps) << m;
+    EXPECT_EQ(fit(kCpuVendorAmd, 8, m, 8 * max_cols).params[cpu::kGemvOrder], cpu::kGemvNNStepsSplitK) << m;
+    EXPECT_EQ(fit(kCpuVendorAmd, 1, m, 768).params[cpu::kGemvOrder], cpu::kGemvNNSteps) << m;
+    EXPECT_EQ(fit(kCpuVendorIntel, 2, m, 768).params[cpu::kGemvOrder], cpu::kGemvNNSteps) << m;
+  }
 }
 
 // A small-m default takes a thread per kGemvBytesPerThread of B (a second one from
@@ -398,15 +424,16 @@ void GemvConcurrentCallers(const KernelVariant& v) {
 }
 
 // 3, 5 and 7 threads (more than this host has), n ranges shorter than a block; nn
-// also with threads splitting k (order 2), k of fewer rows than threads.
+// also with threads splitting k (orders 2 and 3; more than two slices are summed by
+// the threads), k of fewer rows than threads.
 void GemvOddThreadCounts(const KernelVariant& v) {
   const bool tb = GemvTransB(v);
   int seed = 0;
   for (int threads : {3, 5, 7})
     for (int64_t n : {5, 67, 301})
       for (int64_t m : {int64_t{1}, cpu::GemvMaxM(tb)})
-        for (int order : {0, 1, 2}) {
-          if (tb && order == 2) continue;
+        for (int order : {0, 1, 2, 3}) {
+          if (tb && order >= 2) continue;
           GemmTester t;
           t.shape(m, n, seed % 4 == 0 ? 4 : 129).trans_b(tb).beta(seed % 2 ? 1.0f : 0.0f).seed(++seed);
           if (!t.Test(testing::With(v, {{"threads", threads}, {tb ? "nj" : "nb", tb ? 4 : 64}, {"order", order}})))
@@ -418,14 +445,15 @@ void GemvOddThreadCounts(const KernelVariant& v) {
 // 4 / m partial sums per row), every nj, m from 1 to 16, k with and without whole
 // chain steps and a partial vector. nn: steps of rows (0), a tile of C in registers
 // for all of k (1), the same with threads splitting k (2; k = 1 leaves a thread no
-// rows), n across the tile's widths (a partial vector, several tiles). Padded rows.
+// rows), steps with threads splitting k (3), n across the tile's widths (a partial
+// vector, several tiles). Padded rows.
 void GemvOrders(const KernelVariant& v) {
   const bool tb = GemvTransB(v);
   int seed = 0;
   const std::vector<int> blocks = tb ? std::vector<int>{1, 2, 4, 8} : std::vector<int>{64};
   const std::vector<int64_t> ms = tb ? std::vector<int64_t>{1, 2, 3, 4, 16} : std::vector<int64_t>{1, 2, 3, 4};
   const std::vector<int64_t> ns = tb ? std::vector<int64_t>{0} : std::vector<int64_t>{1, 15, 17, 100, 129, 200, 301};
-  for (int order = 0; order < (tb ? 2 : 3); ++order)
+  for (int order = 0; order < (tb ? 2 : 4); ++order)
     for (int block : blocks)
       for (int64_t m : ms)
         for (int64_t n : ns)

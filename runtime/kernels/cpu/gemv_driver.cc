@@ -91,6 +91,40 @@ void RunSplitKRange(void* ctx, int tid, int nt) {
 
 thread_local ThreadScratch tls_partial;  // the split-k slices of a call
 
+// C[:, j0:j1] = alpha * (the slices summed) + beta * C, summed into slice 0.
+struct SplitKSum {
+  const GemvTask* task;
+  float* partial;
+  int slices;
+};
+
+void SumSplitKColumns(const SplitKSum& s, int64_t j0, int64_t j1) {
+  const GemvTask& all = *s.task;
+  const int64_t slice = all.m * all.j1;
+  for (int64_t i = 0; i < all.m; ++i) {
+    float* sum = s.partial + i * all.j1;
+    for (int t = 1; t < s.slices; ++t) {
+      const float* part = sum + t * slice;
+      for (int64_t j = j0; j < j1; ++j) sum[j] += part[j];
+    }
+    float* c = all.c + i * all.ldc;
+    if (all.beta == 0.0f)
+      for (int64_t j = j0; j < j1; ++j) c[j] = all.alpha * sum[j];
+    else
+      for (int64_t j = j0; j < j1; ++j) c[j] = all.alpha * sum[j] + all.beta * c[j];
+  }
+}
+
+void RunSplitKSum(void* ctx, int tid, int nt) {
+  const SplitKSum& s = *static_cast<const SplitKSum*>(ctx);
+  const int64_t units = CeilDiv(s.task->j1, 16), q = units / nt, r = units % nt;
+  const int64_t u0 = tid * q + std::min<int64_t>(tid, r), u1 = u0 + q + (tid < r ? 1 : 0);
+  SumSplitKColumns(s, std::min(s.task->j1, u0 * 16), std::min(s.task->j1, u1 * 16));
+}
+
+// More than two slices are summed by the threads that made them, each a range of
+// columns; two by the caller alone (measured on 2 cores, where a second dispatch
+// would cost more than the sum).
 Status GemvSplitK(const Job& job, int32_t threads) {
   const GemvTask& all = job.task;
   const int64_t slice = all.m * all.j1;
@@ -99,14 +133,9 @@ Status GemvSplitK(const Job& job, int32_t threads) {
   if (partial == nullptr)
     return Internal(fmt::format("gemv: cannot allocate {} bytes of split-k scratch", nt * slice * int64_t{sizeof(float)}));
   SplitKJob sk{all, job.rows, partial};
-  const int granted = ThreadPool::Global().Run(nt, &RunSplitKRange, &sk);
-  for (int64_t i = 0; i < all.m; ++i)
-    for (int64_t j = 0; j < all.j1; ++j) {
-      float sum = 0.0f;
-      for (int t = 0; t < granted; ++t) sum += partial[t * slice + i * all.j1 + j];
-      float& c = all.c[i * all.ldc + j];
-      c = all.beta == 0.0f ? all.alpha * sum : all.alpha * sum + all.beta * c;
-    }
+  SplitKSum sum{&all, partial, ThreadPool::Global().Run(nt, &RunSplitKRange, &sk)};
+  if (sum.slices > 2) ThreadPool::Global().Run(sum.slices, &RunSplitKSum, &sum);
+  else SumSplitKColumns(sum, 0, all.j1);
   return Status::Ok();
 }
 
@@ -160,10 +189,12 @@ void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
     const bool short_rows = device.vendor == kCpuVendorAmd && key.m() <= GemvMaxM(false) &&
                             key.n() * int64_t(DTypeSize(key.dtype)) <= kGemvNNRowsWholeMaxBytes;
     const int64_t cols = (key.n() + threads - 1) / threads;
-    p[kGemvOrder] = !short_rows         ? kGemvNNSteps
-                    : key.n() <= tile   ? (threads > 1 ? kGemvNNTileSplitK : kGemvNNTile)
-                    : cols <= tile      ? kGemvNNTile
-                                        : kGemvNNSteps;
+    const bool split_k = device.vendor == kCpuVendorAmd && threads > 1 &&
+                         cols * int64_t(DTypeSize(key.dtype)) <= kGemvNNSplitKMaxThreadRowBytes;
+    p[kGemvOrder] = short_rows && key.n() <= tile ? (threads > 1 ? kGemvNNTileSplitK : kGemvNNTile)
+                    : short_rows && cols <= tile  ? kGemvNNTile
+                    : split_k                     ? kGemvNNStepsSplitK
+                                                  : kGemvNNSteps;
     // A thread's whole rows of C when their m rows fit in 32 KiB of L1: B then streams
     // through once, front to back. Otherwise the widest block whose rows fit in 16 KiB.
     for (int32_t nb : kGemvNbValues)
@@ -174,6 +205,7 @@ void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
           p[kGemvBlock] = std::max(p[kGemvBlock], nb);
           break;
         }
+    if (p[kGemvOrder] == kGemvNNStepsSplitK) p[kGemvBlock] = std::end(kGemvNbValues)[-1];
   }
 }
 template void GemvFitDefaults<false>(const KernelVariant&, const OpKey&, const DeviceInfo&, ParamValues&);
@@ -181,8 +213,8 @@ template void GemvFitDefaults<true>(const KernelVariant&, const OpKey&, const De
 
 Status GemvF32(const GemmArgs& args, const ParamValues& p, void (*rows)(const GemvTask&)) {
   Job job{TaskOf(args, p[kGemvBlock]), rows, (args.n + 15) / 16, 16};
-  job.task.rows_whole = p[kGemvOrder] != 0;
-  if (p[kGemvOrder] == kGemvNNTileSplitK && p[kGemvThreads] > 1) return GemvSplitK(job, p[kGemvThreads]);
+  job.task.rows_whole = GemvNNTiles(p[kGemvOrder]);
+  if (GemvNNSplitsK(p[kGemvOrder]) && p[kGemvThreads] > 1) return GemvSplitK(job, p[kGemvThreads]);
   RunJob(job, p[kGemvThreads]);
   return Status::Ok();
 }

@@ -24,13 +24,15 @@ inline constexpr int32_t kGemvNbValues[] = {64, 128, 256, 512, 1024, 2048, 4096}
 inline constexpr int32_t kGemvNjValues[] = {1, 2, 4, 8};
 
 // nn `order` values: 0 steps of rows, 1 a tile of C in registers (threads split n),
-// 2 the same tile with threads splitting k.
-enum GemvNNOrder : int32_t { kGemvNNSteps = 0, kGemvNNTile = 1, kGemvNNTileSplitK = 2 };
-inline constexpr int32_t kGemvNNOrderValues[] = {kGemvNNSteps, kGemvNNTile, kGemvNNTileSplitK};
+// 2 the same tile with threads splitting k, 3 steps of rows with threads splitting k.
+enum GemvNNOrder : int32_t { kGemvNNSteps = 0, kGemvNNTile = 1, kGemvNNTileSplitK = 2, kGemvNNStepsSplitK = 3 };
+inline constexpr int32_t kGemvNNOrderValues[] = {kGemvNNSteps, kGemvNNTile, kGemvNNTileSplitK, kGemvNNStepsSplitK};
+constexpr bool GemvNNSplitsK(int32_t order) { return order == kGemvNNTileSplitK || order == kGemvNNStepsSplitK; }
+constexpr bool GemvNNTiles(int32_t order) { return order == kGemvNNTile || order == kGemvNNTileSplitK; }
 inline constexpr ParamSpec kGemvNNSpecs[] = {
     {"threads", kGemmThreadValues, 1, "threads (caller included), each a contiguous range of n; <= device threads"},
     {"nb", kGemvNbValues, 1024, "columns of C per block, kept in L1/L2 while all k rows of B stream through"},
-    {"order", kGemvNNOrderValues, 0, "0 = steps of several rows of B, C reloaded per step; 1 (m <= 4) = a tile of C in registers for all of k, each row's columns read whole (nb unused); 2 = as 1, threads splitting k (each a contiguous run of rows; partial sums added by the caller)"},
+    {"order", kGemvNNOrderValues, 0, "0 = steps of several rows of B, C reloaded per step; 1 (m <= 4) = a tile of C in registers for all of k, each row's columns read whole (nb unused); 2 = as 1, threads splitting k (each a contiguous run of rows; partial sums added by the caller); 3 = as 0, threads splitting k"},
 };
 inline constexpr ParamSpec kGemvNTSpecs[] = {
     {"threads", kGemmThreadValues, 1, "threads (caller included), each a contiguous range of n; <= device threads"},
@@ -56,6 +58,16 @@ inline constexpr int64_t kGemvRowsWholeMaxM = 2;
 // 2 threads) order 1 took 1.2x more. Intel hosts keep 0 (not measured there).
 // bench/RESULTS.md, "... nn tiles of C kept in registers".
 inline constexpr int64_t kGemvNNRowsWholeMaxBytes = 1 << 10;
+// The fitted `order` (nn) on AMD CPUs elsewhere, with more than one thread: 3 (steps
+// of rows, threads splitting k, nb the widest) where a thread's share of a row of B
+// split by n would be at most this many bytes. Split by n, each thread reads short
+// pieces of every row; split by k, each reads one contiguous run of rows. On Zen 4 on
+// two threads, B from memory, m = 1 to 4 and n = 320 to 4096, the steps split by n
+// took 1.02-2.8x the time of the same steps split by k (level at m = 2, n = 3072 to
+// 4096, k <= 1024); with longer shares (n = 5120 to 11008) the gain was mixed
+// (0.8-1.4x). Intel hosts keep 0 (not measured there). bench/RESULTS.md, "... nn steps
+// with threads splitting k".
+inline constexpr int64_t kGemvNNSplitKMaxThreadRowBytes = 8 << 10;
 
 // The packed variants (CG_GEMV_PACKED rows): constant-weights keys with m at most
 // this, either layout of B (measured ahead of oneDNN up to m = 8, bench/RESULTS.md).
