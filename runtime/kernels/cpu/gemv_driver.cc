@@ -183,7 +183,9 @@ void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
   } else {
     // Rows of B up to kGemvNNRowsWholeMaxBytes on AMD: a tile of C in registers, its
     // threads splitting k where all of n fits it (splitting such short rows by n, they
-    // read each other's lines), else n where a thread's columns fit it.
+    // read each other's lines), else n where a thread's columns fit it. Otherwise steps
+    // of rows, their threads splitting k on AMD where a thread's share of a row split
+    // by n would be at most kGemvNNSplitKMaxThreadRowBytes.
     const int regs = VectorRegs(v);  // 32 vectors of 16 floats (AVX-512) or 16 of 8 (AVX2)
     const int64_t tile = int64_t{GemvNNWholeVectors(regs, key.m())} * (regs == 32 ? 16 : 8);
     const bool short_rows = device.vendor == kCpuVendorAmd && key.m() <= GemvMaxM(false) &&
@@ -213,7 +215,7 @@ template void GemvFitDefaults<true>(const KernelVariant&, const OpKey&, const De
 
 Status GemvF32(const GemmArgs& args, const ParamValues& p, void (*rows)(const GemvTask&)) {
   Job job{TaskOf(args, p[kGemvBlock]), rows, (args.n + 15) / 16, 16};
-  job.task.rows_whole = GemvNNTiles(p[kGemvOrder]);
+  job.task.rows_whole = GemvNNTiles(p[kGemvOrder]);  // nt: order 1, rows of B read whole
   if (GemvNNSplitsK(p[kGemvOrder]) && p[kGemvThreads] > 1) return GemvSplitK(job, p[kGemvThreads]);
   RunJob(job, p[kGemvThreads]);
   return Status::Ok();

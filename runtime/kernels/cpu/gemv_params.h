@@ -112,7 +112,8 @@ template <bool kTransB>
 Status GemvSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 // fit_defaults(): threads from the bytes of B (each thread streams at least kGemvBytesPerThread);
 // nt: nj from m and the registers (one pass over B for m <= 4, 8 accumulators or more); nn: nb, the widest block whose m rows
-// of C fit in 16 KiB.
+// of C fit in 16 KiB (a thread's whole rows where they fit in 32 KiB; the widest where threads split k); order by the
+// rules above (kGemvNNRowsWholeMaxBytes, kGemvNNSplitKMaxThreadRowBytes).
 template <bool kTransB>
 void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
 
