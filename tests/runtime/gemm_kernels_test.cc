@@ -374,6 +374,36 @@ TEST(CpuGemmTable, NnStepsSplitKOnAmd) {
   }
 }
 
+// nn steps at m = 1 on AMD CPUs: 16 rows of B per step on AVX-512 where rows are of
+// kGemvNNDeepStepsMinRowBytes to kGemvNNDeepStepsMaxRowBytes and not a multiple of
+// 4 KiB; else 8 (m > 1, an Intel CPU, the AVX2 variant).
+TEST(CpuGemmTable, NnDeepStepsOnAmd) {
+  CG_REQUIRE_VARIANT(v, "cpu_f32_gemv_nn__avx512");
+  DeviceInfo d = Host();
+  d.vendor = std::string(kCpuVendorAmd);
+  const auto unroll_k = [&](const KernelVariant& var, int threads, int64_t m, int64_t n) {
+    d.threads = threads;
+    return VariantDefaultSchedule(var, OpKey::Gemm(m, n, 2048), d).params[cpu::kGemvUnrollK];
+  };
+  const int64_t min_n = cpu::kGemvNNDeepStepsMinRowBytes / 4, max_n = cpu::kGemvNNDeepStepsMaxRowBytes / 4;
+  for (int threads : {1, 2}) {
+    EXPECT_EQ(unroll_k(*v, threads, 1, 768), 16) << threads;
+    EXPECT_EQ(unroll_k(*v, threads, 1, 1000), 16) << threads;
+    EXPECT_EQ(unroll_k(*v, threads, 1, 1024), 8) << threads;  // 4 KiB rows
+    EXPECT_EQ(unroll_k(*v, threads, 1, 2048), 8) << threads;  // 8 KiB rows
+    EXPECT_EQ(unroll_k(*v, threads, 1, min_n), 16) << threads;
+    EXPECT_EQ(unroll_k(*v, threads, 1, min_n - 1), 8) << threads;
+    EXPECT_EQ(unroll_k(*v, threads, 1, max_n), 16) << threads;
+    EXPECT_EQ(unroll_k(*v, threads, 1, max_n + 1), 8) << threads;
+    EXPECT_EQ(unroll_k(*v, threads, 2, 768), 8) << threads;
+  }
+  d.vendor = std::string(kCpuVendorIntel);
+  EXPECT_EQ(unroll_k(*v, 1, 1, 768), 8);
+  d.vendor = std::string(kCpuVendorAmd);
+  CG_REQUIRE_VARIANT(w, "cpu_f32_gemv_nn__avx2");
+  EXPECT_EQ(unroll_k(*w, 1, 1, 768), 8);
+}
+
 // A small-m default takes a thread per kGemvBytesPerThread of B (a second one from
 // 128 KiB), within the budget.
 void GemvDefaultThreads(const KernelVariant& v, bool constant_weights) {
@@ -465,7 +495,41 @@ void GemvOrders(const KernelVariant& v) {
           }
 }
 
+// unroll_k 16 (nn, m = 1, AVX-512): steps of 16 rows of B, threads splitting n or k,
+// n across whole and partial vectors and blocks, k with and without whole steps,
+// padded rows, alpha and beta; check() rejects it at m > 1 and on AVX2.
+void GemvDeepSteps(const KernelVariant& v) {
+  if (GemvTransB(v)) return;
+  const Schedule deep = With(v, {{"unroll_k", cpu::kGemvNNDeepStepRows}});
+  const OpKey m1 = OpKey::Gemm(1, 300, 100), m2 = OpKey::Gemm(2, 300, 100);
+  if (!(v.isa & kIsaAvx512)) {
+    const Status st = CheckSchedule(deep, m1, Host());
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("unroll_k=16 runs m = 1 on AVX-512 only"), std::string::npos) << st.message();
+    return;
+  }
+  EXPECT_TRUE(CheckSchedule(deep, m1, Host()).ok());
+  const Status st = CheckSchedule(deep, m2, Host());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("unroll_k=16 runs m = 1 on AVX-512 only (m=2)"), std::string::npos) << st.message();
+  int seed = 0;
+  for (int order : {0, 3})
+    for (int nb : {64, 4096})
+      for (int64_t n : {1, 15, 17, 300, 771})
+        for (int64_t k : {1, 15, 16, 17, 100, 257}) {
+          GemmTester t;
+          t.shape(1, n, k).lda_pad(seed % 3).ldb_pad(seed % 2 * 5).beta(seed % 2 ? 0.5f : 0.0f);
+          t.alpha(seed % 5 == 0 ? -1.5f : 1.0f).nan_c(seed % 2 == 0).seed(uint32_t(++seed));
+          const int threads = seed % 3 == 0 ? 3 : TwoThreads();
+          if (!t.Test(With(v, {{"threads", threads}, {"nb", nb}, {"order", order}, {"unroll_k", 16}}))) return;
+        }
+}
+
 #define CG_GEMV(isa, name, trans_b)         \
+  TEST(name, DeepSteps) {                   \
+    CG_REQUIRE_VARIANT(v, #name);           \
+    GemvDeepSteps(*v);                      \
+  }                                         \
   TEST(name, Orders) {                      \
     CG_REQUIRE_VARIANT(v, #name);           \
     GemvOrders(*v);                         \

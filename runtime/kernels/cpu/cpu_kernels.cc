@@ -196,7 +196,7 @@ std::span<const KernelVariant> CpuKernelVariants() {
 #define CG_GEMV(isa, name, trans_b)                                                                                \
   {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, trans_b ? std::span<const ParamSpec>(kGemvNTSpecs)      \
                                                                   : std::span<const ParamSpec>(kGemvNNSpecs),     \
-   &GemvSupports<trans_b>, &GemvCheck, &GemvFitDefaults<trans_b>, {.gemm = &GemvEntry<&name##_rows>}, {.gemm = {1, 1}}, \
+   &GemvSupports<trans_b>, &GemvCheck<trans_b>, &GemvFitDefaults<trans_b>, {.gemm = &GemvEntry<&name##_rows>}, {.gemm = {1, 1}}, \
    &OwnDefaultCandidates},
 #define CG_GEMV_PACKED(isa, name, width)                                                                         \
   {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, kGemvPackedSpecs, &GemvPackedSupports, &GemvPackedCheck,  \

@@ -150,12 +150,18 @@ int32_t GemvThreads(const OpKey& key, const DeviceInfo& device) {
   return ThreadsWithin(WeightElements(key) * double(DTypeSize(key.dtype)) / kGemvBytesPerThread, device);
 }
 
-Status GemvCheck(const KernelVariant& v, const OpKey&, const ParamValues& p, const DeviceInfo& device) {
+template <bool kTransB>
+Status GemvCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device) {
   if (p[kGemvThreads] > device.threads)
     return InvalidArgument(
         fmt::format("{}: threads={} must be <= device threads={}", v.name, p[kGemvThreads], device.threads));
+  if (!kTransB && p[kGemvUnrollK] == kGemvNNDeepStepRows && (key.m() != 1 || !(v.isa & kIsaAvx512)))
+    return InvalidArgument(fmt::format("{}: unroll_k={} runs m = 1 on AVX-512 only (m={})", v.name, p[kGemvUnrollK],
+                                       key.m()));
   return Status::Ok();
 }
+template Status GemvCheck<false>(const KernelVariant&, const OpKey&, const ParamValues&, const DeviceInfo&);
+template Status GemvCheck<true>(const KernelVariant&, const OpKey&, const ParamValues&, const DeviceInfo&);
 
 template <bool kTransB>
 Status GemvSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo&) {
@@ -208,6 +214,11 @@ void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
           break;
         }
     if (p[kGemvOrder] == kGemvNNStepsSplitK) p[kGemvBlock] = std::end(kGemvNbValues)[-1];
+    const int64_t row_bytes = key.n() * int64_t(DTypeSize(key.dtype));
+    const bool deep = device.vendor == kCpuVendorAmd && key.m() == 1 && (v.isa & kIsaAvx512) &&
+                      !GemvNNTiles(p[kGemvOrder]) && row_bytes >= kGemvNNDeepStepsMinRowBytes &&
+                      row_bytes <= kGemvNNDeepStepsMaxRowBytes && row_bytes % 4096 != 0;
+    p[kGemvUnrollK] = deep ? kGemvNNDeepStepRows : 8;
   }
 }
 template void GemvFitDefaults<false>(const KernelVariant&, const OpKey&, const DeviceInfo&, ParamValues&);
@@ -216,6 +227,7 @@ template void GemvFitDefaults<true>(const KernelVariant&, const OpKey&, const De
 Status GemvF32(const GemmArgs& args, const ParamValues& p, void (*rows)(const GemvTask&)) {
   Job job{TaskOf(args, p[kGemvBlock]), rows, (args.n + 15) / 16, 16};
   job.task.rows_whole = GemvNNTiles(p[kGemvOrder]);  // nt: order 1, rows of B read whole
+  job.task.step_rows = p[kGemvUnrollK];  // nn only (nt's slot is 0)
   if (GemvNNSplitsK(p[kGemvOrder]) && p[kGemvThreads] > 1) return GemvSplitK(job, p[kGemvThreads]);
   RunJob(job, p[kGemvThreads]);
   return Status::Ok();

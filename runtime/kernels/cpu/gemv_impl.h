@@ -6,7 +6,9 @@
 //
 // nn (B is k x n): C rows stay in L1/L2 for a block of `block` columns while B
 // streams through row by row; each step keeps KU rows of B and M*KU broadcast
-// elements of A in registers, so a C element is loaded and stored once per KU rows.
+// elements of A in registers, so a C element is loaded and stored once per KU rows
+// (at m = 1 each row's vector goes straight into its FMA, and `unroll_k` 16 doubles
+// KU on AVX-512).
 // Or (`order` 1, m <= 4) a tile of C stays in registers for all of k while each row's
 // columns of the tile are read whole, row after row (GemvNNWholeVectors wide).
 // nt (B is n x k): a register tile of MI rows of A by NJ rows of B accumulates dot
@@ -73,6 +75,14 @@ CG_INLINE void NNStep(const GemvTask& t, int64_t p0, int64_t jb, int64_t w) {
 #pragma GCC unroll 8
   for (int i = 0; i < M; ++i) crow[i] = t.c + i * t.ldc + jb;
   int64_t j = 0;
+  if constexpr (M == 1) {  // each row's vector used once: loaded into its FMA, not held
+    for (; j + W <= w; j += W) {
+      V c = T::Load(crow[0] + j);
+#pragma GCC unroll 16
+      for (int u = 0; u < KU; ++u) c = T::Fma(av[0][u], T::Load(brow[u] + j), c);
+      T::Store(crow[0] + j, c);
+    }
+  }
   for (; j + W <= w; j += W) {
     V bv[KU];
 #pragma GCC unroll 8
@@ -164,12 +174,8 @@ void NNRowsWhole(const GemvTask& t) {
   }
 }
 
-template <class T, int M>
-void NNRows(const GemvTask& t) {
-  if constexpr (M <= 4) {
-    if (t.rows_whole) return NNRowsWhole<T, M>(t);
-  }
-  constexpr int KU = NNStepRows<T, M>();
+template <class T, int M, int KU>
+void NNSteps(const GemvTask& t) {
   const int64_t nb = std::max<int64_t>(T::kWidth, t.block);
   for (int64_t jb = t.j0; jb < t.j1; jb += nb) {
     const int64_t w = std::min(nb, t.j1 - jb);
@@ -178,6 +184,17 @@ void NNRows(const GemvTask& t) {
     for (; p + KU <= t.k; p += KU) NNStep<T, M, KU>(t, p, jb, w);
     for (; p < t.k; ++p) NNStep<T, M, 1>(t, p, jb, w);
   }
+}
+
+template <class T, int M>
+void NNRows(const GemvTask& t) {
+  if constexpr (M <= 4) {
+    if (t.rows_whole) return NNRowsWhole<T, M>(t);
+  }
+  if constexpr (M == 1 && T::kWidth >= 16) {
+    if (t.step_rows == kGemvNNDeepStepRows) return NNSteps<T, M, kGemvNNDeepStepRows>(t);
+  }
+  NNSteps<T, M, NNStepRows<T, M>()>(t);
 }
 
 // C[i0:i0+MI, j:j+NJ] = alpha * (the lanes of acc summed) + beta * C.

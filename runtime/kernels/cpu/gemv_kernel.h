@@ -30,7 +30,12 @@ struct GemvTask {
   int block;
   int prefetch = 0;  // packed panels: software prefetch distance in k rows (0 = off)
   bool rows_whole = false;  // `order` 1: each row of B (nt) or of a C tile's columns (nn) read whole
+  int step_rows = 0;  // nn steps at m = 1 (`unroll_k`): kGemvNNDeepStepRows, else as the registers allow
 };
+
+// Rows of B per nn step at m = 1 with `unroll_k` 16 (AVX-512): each row's vector goes
+// straight into its FMA, so the step holds 16 broadcasts of A and one vector of C.
+inline constexpr int kGemvNNDeepStepRows = 16;
 
 using GemvRowsFn = void (*)(const GemvTask& task);
 

@@ -10,8 +10,9 @@
 namespace cliffguard::cpu {
 
 // Indices in ParamValues (declaration order of the kSpecs below).
-// kGemvOrder is the nn and nt variants' third parameter, kGemvPrefetch the packed ones'.
-enum GemvParam : int { kGemvThreads = 0, kGemvBlock = 1, kGemvOrder = 2, kGemvPrefetch = 2 };
+// kGemvOrder is the nn and nt variants' third parameter, kGemvPrefetch the packed ones';
+// kGemvUnrollK the nn variants' fourth.
+enum GemvParam : int { kGemvThreads = 0, kGemvBlock = 1, kGemvOrder = 2, kGemvPrefetch = 2, kGemvUnrollK = 3 };
 
 // The largest m these variants run, by layout of B (measured, bench/RESULTS.md): nt
 // tiles keep B in L1/L2 while every row group of A passes, and beat the packed path
@@ -29,10 +30,12 @@ enum GemvNNOrder : int32_t { kGemvNNSteps = 0, kGemvNNTile = 1, kGemvNNTileSplit
 inline constexpr int32_t kGemvNNOrderValues[] = {kGemvNNSteps, kGemvNNTile, kGemvNNTileSplitK, kGemvNNStepsSplitK};
 constexpr bool GemvNNSplitsK(int32_t order) { return order == kGemvNNTileSplitK || order == kGemvNNStepsSplitK; }
 constexpr bool GemvNNTiles(int32_t order) { return order == kGemvNNTile || order == kGemvNNTileSplitK; }
+inline constexpr int32_t kGemvUnrollKValues[] = {8, kGemvNNDeepStepRows};
 inline constexpr ParamSpec kGemvNNSpecs[] = {
     {"threads", kGemmThreadValues, 1, "threads (caller included), each a contiguous range of n; <= device threads"},
     {"nb", kGemvNbValues, 1024, "columns of C per block, kept in L1/L2 while all k rows of B stream through"},
     {"order", kGemvNNOrderValues, 0, "0 = steps of several rows of B, C reloaded per step; 1 (m <= 4) = a tile of C in registers for all of k, each row's columns read whole (nb unused); 2 = as 1, threads splitting k (each a contiguous run of rows; partial sums added by the caller); 3 = as 0, threads splitting k"},
+    {"unroll_k", kGemvUnrollKValues, 8, "rows of B per step (orders 0 and 3): 8, or as many as the registers hold with m rows of A; 16 (m = 1, AVX-512) keeps more rows in flight"},
 };
 inline constexpr ParamSpec kGemvNTSpecs[] = {
     {"threads", kGemmThreadValues, 1, "threads (caller included), each a contiguous range of n; <= device threads"},
@@ -68,6 +71,17 @@ inline constexpr int64_t kGemvNNRowsWholeMaxBytes = 1 << 10;
 // (0.8-1.4x). Intel hosts keep 0 (not measured there). bench/RESULTS.md, "... nn steps
 // with threads splitting k".
 inline constexpr int64_t kGemvNNSplitKMaxThreadRowBytes = 8 << 10;
+// The fitted `unroll_k` (nn, m = 1, AVX-512) on AMD CPUs: 16 where the steps run rows
+// of B of these many bytes whose length is not a multiple of 4 KiB. More rows per step
+// keep more lines of B in flight. On Zen 4, B from memory, one and two threads, 16
+// rows took 0.78-0.93x the time of 8 at n = 512 to 2500 in the fitting sweeps and
+// 0.85-1.03x (0.94 in geometric mean) on drawn shapes in that band; below it they were
+// level, above it level or slower (up to 1.1x at n = 3188); where a row is a multiple
+// of 4 KiB (n = 1024, 2048, 3072, 4096), whose 16 rows then share one set of the 8-way
+// L1, they took 1.08-1.25x. Intel hosts keep 8 (not measured there). bench/RESULTS.md,
+// "... sixteen rows of B per step at m = 1".
+inline constexpr int64_t kGemvNNDeepStepsMinRowBytes = 2 << 10;
+inline constexpr int64_t kGemvNNDeepStepsMaxRowBytes = 10 << 10;
 
 // The packed variants (CG_GEMV_PACKED rows): constant-weights keys with m at most
 // this, either layout of B (measured ahead of oneDNN up to m = 8, bench/RESULTS.md).
@@ -105,7 +119,8 @@ inline constexpr double kGemvBytesPerThread = 64 << 10;
 // Threads for a small-m key: each streams at least kGemvBytesPerThread of B, within the budget.
 int32_t GemvThreads(const OpKey& key, const DeviceInfo& device);
 
-// check(): threads <= device.threads.
+// check(): threads <= device.threads; nn: unroll_k 16 only at m = 1 on AVX-512.
+template <bool kTransB>
 Status GemvCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
 // supports(): m <= GemvMaxM(kTransB) and B in the variant's layout (kTransB: B stored n x k).
 template <bool kTransB>
