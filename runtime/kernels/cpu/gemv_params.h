@@ -74,11 +74,12 @@ inline constexpr int64_t kGemvNNSplitKMaxThreadRowBytes = 8 << 10;
 // The fitted `unroll_k` (nn, m = 1, AVX-512) on AMD CPUs: 16 where the steps run rows
 // of B of these many bytes whose length is not a multiple of 4 KiB. More rows per step
 // keep more lines of B in flight. On Zen 4, B from memory, one and two threads, 16
-// rows took 0.78-0.93x the time of 8 at n = 512 to 2500 in the fitting sweeps and
-// 0.85-1.03x (0.94 in geometric mean) on drawn shapes in that band; below it they were
-// level, above it level or slower (up to 1.1x at n = 3188); where a row is a multiple
-// of 4 KiB (n = 1024, 2048, 3072, 4096), whose 16 rows then share one set of the 8-way
-// L1, they took 1.08-1.25x. Intel hosts keep 8 (not measured there). bench/RESULTS.md,
+// rows took 0.79-0.96x the time of 8 at n = 512 to 2500 in the fitting sweeps (2 of 37
+// rows level) and 0.82-1.01x (0.89 and 0.94 in geometric mean on one and two threads)
+// on 16 shapes drawn in that band; below it they were level, above it level or slower
+// (up to 1.1x at n = 3188); where a row is a multiple of 4 KiB (n = 1024, 2048, 3072,
+// 4096), whose 16 rows then share one set of the 8-way L1, mostly slower (up to 1.25x).
+// Intel hosts keep 8 (not measured there). bench/RESULTS.md,
 // "... sixteen rows of B per step at m = 1".
 inline constexpr int64_t kGemvNNDeepStepsMinRowBytes = 2 << 10;
 inline constexpr int64_t kGemvNNDeepStepsMaxRowBytes = 10 << 10;
