@@ -461,6 +461,17 @@ bool SkinnySgemmRuleHolds(const OpKey& key, const DeviceInfo& d) {
          row_bytes % 4096 > 128 && row_bytes % 4096 < 4096 - 128;
 }
 
+// Per-call `nt` decode steps of 5 to 12 tokens on an AMD AVX-512 host on one thread,
+// A (m x k) of at most 32 KiB, B of at most 4 MiB, k of at least 128: dnnl_sgemm
+// (OnednnSkinnyNtSgemmFits), written out here from its rule.
+bool SkinnyNtSgemmRuleHolds(const OpKey& key, const DeviceInfo& d) {
+  if (!(d.isa & kIsaAvx512) || d.threads != 1 || d.vendor != "AuthenticAMD" || key.constant_weights ||
+      key.trans_a || !key.trans_b)
+    return false;
+  return key.m() >= 5 && key.m() <= 12 && key.m() * key.k() * 4 <= 32768 && key.n() * key.k() * 4 <= 4194304 &&
+         key.k() >= 128;
+}
+
 // Decode steps: oneDNN (weights reordered once) where the same rule holds and m is
 // at least 9 (one thread, or weights of 2^21 elements and more) or 16 (more threads,
 // smaller weights), except that on an AVX-512 host constant weights with m of 9 to 16
@@ -469,7 +480,7 @@ bool SkinnySgemmRuleHolds(const OpKey& key, const DeviceInfo& d) {
 // per-call weights, for weights narrower than 17 columns and for little work
 // (m*n*k <= 2^21). Constant weights with m <= 8 (AVX2: 6) and n of a vector or more
 // run the small-m kernels on packed panels, on every host with AVX2. Per-call keys:
-// dnnl_sgemm where SkinnySgemmRuleHolds.
+// dnnl_sgemm where SkinnySgemmRuleHolds (nn) or SkinnyNtSgemmRuleHolds (nt).
 TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
   const bool onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr;
   if (!onednn) GTEST_SKIP() << "this build has no oneDNN variant";
@@ -483,7 +494,12 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
                         {16, 11008, 4096, 0, 0}, {16, 16, 4096, 0, 0},  {8, 64, 64, 0, 0},
                         {12, 2784, 360, 0, 0},   {16, 2048, 1024, 0, 0}, {10, 1000, 3000, 1, 1},
                         {7, 992, 1024, 0, 0},    {6, 1624, 3058, 0, 0},  {7, 512, 2368, 0, 0},
-                        {8, 2000, 1048, 0, 0},   {8, 2000, 1049, 0, 0}};  // either side of 2^24
+                        {8, 2000, 1048, 0, 0},   {8, 2000, 1049, 0, 0},  // either side of 2^24
+                        {11, 768, 523, 0, 0},    {8, 768, 1024, 0, 0},  {8, 768, 1025, 0, 0},  // A of 32 KiB
+                        {5, 2048, 512, 0, 0},    {5, 2049, 512, 0, 0},  {12, 256, 512, 0, 0},  // B of 4 MiB
+                        {13, 256, 512, 0, 0},
+                        {12, 600, 128, 0, 0},    {12, 600, 127, 0, 0}};  // rows of B of 512 B
+  int nt_sgemm = 0;
   for (const DeviceInfo& d : RuleDevices())
     for (const Case& c : cases)
       for (bool trans_b : {false, true})
@@ -495,7 +511,8 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
           ASSERT_TRUE(s.ok());
           SCOPED_TRACE(fmt::format("{} on {} (isa {}, {} threads)", key.ToString(), d.fingerprint, d.isa, d.threads));
           const bool want_onednn = c.min_threads <= d.threads && d.threads <= c.max_threads && OnednnRuleHolds(key, d);
-          const bool want_sgemm = SkinnySgemmRuleHolds(key, d);
+          const bool want_sgemm = SkinnySgemmRuleHolds(key, d) || SkinnyNtSgemmRuleHolds(key, d);
+          nt_sgemm += SkinnyNtSgemmRuleHolds(key, d);
           if (want_onednn || want_sgemm) {
             EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_onednn") << s->ToString();
             EXPECT_EQ(s->params[s->variant->ParamIndex("reorder_b")], want_onednn ? 1 : 0) << s->ToString();
@@ -512,6 +529,7 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
           EXPECT_EQ(std::string_view(s->variant->name).starts_with("cpu_f32_gemv_packed__"), packed_panels)
               << s->ToString();
         }
+  if ((Host().isa & kIsaAvx512) != 0) EXPECT_GT(nt_sgemm, 0);  // the AMD view of the host's one-thread budget
 }
 
 // Small keys (m and n above 16, m*n*k at most 2^21): OpenBLAS on one thread where

@@ -113,7 +113,8 @@ void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInf
 //   rows of B call dnnl_sgemm");
 // - OnednnSkinnySgemmFits: decode steps of kOnednnSgemmMinM to 16 tokens, and
 //   OnednnSmallSgemmFits: keys of the small class, each in place of the own packed
-//   tile, where it is the built-in default too.
+//   tile, where it is the built-in default too; OnednnSkinnyNtSgemmFits: `nt` decode
+//   steps in place of the own small-m kernel, likewise.
 inline constexpr int64_t kOnednnSgemmMinN = 65;
 inline constexpr int64_t kOnednnSgemmNtMaxRowBytes = 512;
 bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device);
@@ -137,6 +138,23 @@ constexpr double OnednnSkinnySgemmMinWork(int threads) {
   return threads == 1 ? kSmallClassMaxWork : double(int64_t{1} << 24);
 }
 bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device);
+// Skinny per-call `nt` keys (m from kOnednnSgemmMinM to kOnednnSkinnyNtMaxM, B
+// transposed only) on an AMD AVX-512 host on a one-thread budget, where A's m x k fits
+// kOnednnSkinnyNtMaxABytes, B kOnednnSkinnyNtMaxBBytes, and rows of B (k elements) are
+// kOnednnSkinnyNtMinRowBytes or longer. There the own small-m kernel sums dot products
+// along k, whose horizontal sums are a large share of a short k. Measured on Zen 4,
+// paired, per call (bench/RESULTS.md, "per-call nt decode steps of 5 to 12 tokens on
+// one thread call dnnl_sgemm"): in the fitting sweep dnnl_sgemm took 0.74-0.98x the
+// own kernel's time inside the rule; with A larger (m = 16 at k = 768: 1.07-1.10x, k =
+// 2048: 1.85-1.93x) or B above 10 MB (1.18-1.63x) the own kernel was ahead, and on two
+// threads everywhere (0.98x or more). Two drawn sets bounded B (level from 4 to 9 MB:
+// 0.93-1.06x), the rows of B (k below 128: 1.05-1.20x) and m (13 to 16: 0.92-1.22x,
+// ahead on 5 of 6); a third, drawn after, checks the rule.
+inline constexpr int64_t kOnednnSkinnyNtMaxM = 12;
+inline constexpr int64_t kOnednnSkinnyNtMaxABytes = 32 << 10;
+inline constexpr int64_t kOnednnSkinnyNtMaxBBytes = 4 << 20;
+inline constexpr int64_t kOnednnSkinnyNtMinRowBytes = 512;
+bool OnednnSkinnyNtSgemmFits(const OpKey& key, const DeviceInfo& device);
 // Per-call `nn` keys of the small class (m and n above 16, m*n*k at most 2^21) on an
 // AMD AVX-512 host, where oneDNN's fitted threads (one, at this size) are at least the
 // own rule's. Measured on Zen 4, paired, per call, 30 shapes drawn in the class
@@ -168,7 +186,8 @@ bool PerCallLargeOnAmd(const OpKey& key, const DeviceInfo& device);
 bool OnednnThreadsSuffice(const OpKey& key, const DeviceInfo& device);
 // preferred_default(), on an AVX-512 host where oneDNN may use the thread budget (one
 // thread, or passive OpenMP waiting):
-// - per-call keys where OnednnSkinnySgemmFits or OnednnSmallSgemmFits;
+// - per-call keys where OnednnSkinnySgemmFits, OnednnSkinnyNtSgemmFits or
+//   OnednnSmallSgemmFits;
 // - per-call keys where PerCallLargeOnAmd and OnednnThreadsSuffice;
 // - constant-weights keys with m at least
 // OnednnDefaultMinM, n > 16 and m*n*k > 2^21: the large class, and decode steps of 9

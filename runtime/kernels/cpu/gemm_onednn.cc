@@ -223,6 +223,7 @@ bool OnednnSmallSgemmFits(const OpKey& key, const DeviceInfo& device) {
 
 bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device) {
   return OnednnSmallSgemmFits(key, device) || PerCallNtShortRowsOnAmd(key, device) ||
+         OnednnSkinnyNtSgemmFits(key, device) ||
          (PerCallNnOnAmd(key, device) &&
           (ShapeClassOf(key) == ShapeClass::kLarge || OnednnSkinnySgemmFits(key, device)));
 }
@@ -234,6 +235,14 @@ bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device) {
   if (double(key.m()) * double(key.n()) * double(key.k()) <= OnednnSkinnySgemmMinWork(device.threads)) return false;
   const int64_t r = key.n() * int64_t(DTypeSize(key.dtype)) % kOnednnSgemmAliasBytes;
   return r > kOnednnSgemmAliasMarginBytes && r < kOnednnSgemmAliasBytes - kOnednnSgemmAliasMarginBytes;
+}
+
+bool OnednnSkinnyNtSgemmFits(const OpKey& key, const DeviceInfo& device) {
+  const int64_t bytes = DTypeSize(key.dtype);
+  return !key.constant_weights && !key.trans_a && key.trans_b && device.vendor == kCpuVendorAmd &&
+         (device.isa & kIsaAvx512) != 0 && device.threads == 1 && key.m() >= kOnednnSgemmMinM &&
+         key.m() <= kOnednnSkinnyNtMaxM && key.m() * key.k() * bytes <= kOnednnSkinnyNtMaxABytes &&
+         key.n() * key.k() * bytes <= kOnednnSkinnyNtMaxBBytes && key.k() * bytes >= kOnednnSkinnyNtMinRowBytes;
 }
 
 bool PerCallLargeOnAmd(const OpKey& key, const DeviceInfo& device) {
@@ -248,7 +257,8 @@ bool OnednnThreadsSuffice(const OpKey& key, const DeviceInfo& device) {
 bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
   if ((device.isa & kIsaAvx512) == 0 || !(device.threads == 1 || onednn::OmpWaitsPassively())) return false;
   if (!key.constant_weights)
-    return OnednnSkinnySgemmFits(key, device) || OnednnSmallSgemmFits(key, device) ||
+    return OnednnSkinnySgemmFits(key, device) || OnednnSkinnyNtSgemmFits(key, device) ||
+           OnednnSmallSgemmFits(key, device) ||
            (PerCallLargeOnAmd(key, device) && OnednnThreadsSuffice(key, device));
   if (GemmTileDefault(key, device)) return false;  // the own tiles' (gemm_params.h)
   const GemmView g = GemmViewOf(key);
