@@ -35,7 +35,7 @@ inline constexpr ParamSpec kGemvNNSpecs[] = {
     {"threads", kGemmThreadValues, 1, "threads (caller included), each a contiguous range of n; <= device threads"},
     {"nb", kGemvNbValues, 1024, "columns of C per block, kept in L1/L2 while all k rows of B stream through"},
     {"order", kGemvNNOrderValues, 0, "0 = steps of several rows of B, C reloaded per step; 1 (m <= 4) = a tile of C in registers for all of k, each row's columns read whole (nb unused); 2 = as 1, threads splitting k (each a contiguous run of rows; partial sums added by the caller); 3 = as 0, threads splitting k"},
-    {"unroll_k", kGemvUnrollKValues, 8, "rows of B per step (orders 0 and 3): 8, or as many as the registers hold with m rows of A; 16 (m = 1, AVX-512) keeps more rows in flight"},
+    {"unroll_k", kGemvUnrollKValues, 8, "rows of B per step (orders 0 and 3; unused by 1 and 2): 8, or as many as the registers hold with m rows of A; 16 (m = 1, AVX-512) keeps more rows in flight"},
 };
 inline constexpr ParamSpec kGemvNTSpecs[] = {
     {"threads", kGemmThreadValues, 1, "threads (caller included), each a contiguous range of n; <= device threads"},
