@@ -34,11 +34,13 @@ template <class T>
 inline constexpr int kVectorRegs = T::kWidth >= 16 ? 32 : 16;
 
 // Rows of B per nn step: A's M * KU broadcasts, KU rows of B and a C vector in
-// registers (one to spare). More rows per step keep more lines of B in flight.
+// registers (one to spare); at M = 1 a row's vector goes straight into its FMA, so one
+// register holds it. More rows per step keep more lines of B in flight (on Zen 4, the
+// AVX2 variant at m = 1 took 1.20x the time with 4 rows as with 8, bench/RESULTS.md).
 template <class T, int M>
 constexpr int NNStepRows() {
   for (int ku : {8, 4, 3, 2})
-    if (M * ku + ku + 1 <= kVectorRegs<T> - 1) return ku;
+    if (M * ku + (M == 1 ? 1 : ku) + 1 <= kVectorRegs<T> - 1) return ku;
   return 1;
 }
 
