@@ -65,11 +65,12 @@ inline constexpr int64_t kGemvNNRowsWholeMaxBytes = 1 << 10;
 // of rows, threads splitting k, nb the widest) where a thread's share of a row of B
 // split by n would be at most this many bytes. Split by n, each thread reads short
 // pieces of every row; split by k, each reads one contiguous run of rows. On Zen 4 on
-// two threads, B from memory, m = 1 to 4 and n = 320 to 4096, the steps split by n
-// took 1.02-2.8x the time of the same steps split by k (level at m = 2, n = 3072 to
-// 4096, k <= 1024); with longer shares (n = 5120 to 11008) the gain was mixed
-// (0.8-1.4x). Intel hosts keep 0 (not measured there). bench/RESULTS.md, "... nn steps
-// with threads splitting k".
+// two threads, B from memory, m = 1, 2 and 4 and n = 320 to 4096, the steps split by
+// n took 1.18-1.70x the time of the same steps split by k in geometric mean per m and
+// run (0.93-2.80x per shape; below 1.0 only at m = 2 and 4 with k <= 1024); 1.22x on
+// 24 drawn shapes (0.95-1.69x). With longer shares (n = 5120 to 11008) the gain was
+// mixed (0.8-1.4x). Intel hosts keep 0 (not measured there). bench/RESULTS.md, "... nn
+// steps with threads splitting k".
 inline constexpr int64_t kGemvNNSplitKMaxThreadRowBytes = 8 << 10;
 // The fitted `unroll_k` (nn, m = 1, AVX-512) on AMD CPUs: 16 where the steps run rows
 // of B of these many bytes whose length is not a multiple of 4 KiB. More rows per step
@@ -128,8 +129,8 @@ template <bool kTransB>
 Status GemvSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 // fit_defaults(): threads from the bytes of B (each thread streams at least kGemvBytesPerThread);
 // nt: nj from m and the registers (one pass over B for m <= 4, 8 accumulators or more); nn: nb, the widest block whose m rows
-// of C fit in 16 KiB (a thread's whole rows where they fit in 32 KiB; the widest where threads split k); order by the
-// rules above (kGemvNNRowsWholeMaxBytes, kGemvNNSplitKMaxThreadRowBytes).
+// of C fit in 16 KiB (a thread's whole rows where they fit in 32 KiB; the widest where threads split k); order and
+// unroll_k by the rules above (kGemvNNRowsWholeMaxBytes, kGemvNNSplitKMaxThreadRowBytes, kGemvNNDeepSteps*RowBytes).
 template <bool kTransB>
 void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
 
