@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -374,6 +375,25 @@ std::vector<DeviceInfo> RuleDevices() {
   return devices;
 }
 
+// Calls check(key, device, default schedule) for every rule device, shape and layout
+// (A and B each as stored or transposed), with per-call and constant weights; each key
+// must be of class `cls` and have a default schedule.
+template <class Check>
+void ForEveryRuleKey(std::span<const std::array<int64_t, 3>> shapes, ShapeClass cls, Check check) {
+  for (const DeviceInfo& d : RuleDevices())
+    for (const auto& [m, n, k] : shapes)
+      for (int t = 0; t < 8; ++t) {
+        OpKey key = OpKey::Gemm(m, n, k, t & 1, (t >> 1) & 1);
+        key.constant_weights = (t >> 2) != 0;
+        ASSERT_EQ(ShapeClassOf(key), cls) << key.ToString();
+        auto s = DefaultSchedule(key, d);
+        ASSERT_TRUE(s.ok()) << s.status().ToString();
+        SCOPED_TRACE(fmt::format("{} on {} {} (isa {}, {} threads)", key.ToString(), d.vendor, d.fingerprint, d.isa,
+                                 d.threads));
+        check(key, d, *s);
+      }
+}
+
 // The own tiles' share of the large class (GemmTileDefault): constant weights, m
 // above 16, on an AVX-512 host, with n of 512 or more on an Intel host, or with less
 // than 80 MFLOP of work on more than one thread.
@@ -421,31 +441,22 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
   const std::array<int64_t, 3> shapes[] = {{128, 768, 768}, {17, 512, 4096}, {2048, 4096, 1024}, {3136, 511, 64},
                                            {196, 256, 2304},  {500, 77, 128},  {40, 113, 2374},    {25, 1161, 1469},
                                            {2000, 64, 256}};
-  for (const DeviceInfo& d : RuleDevices())
-    for (const auto& [m, n, k] : shapes)
-      for (int t = 0; t < 8; ++t) {
-        OpKey key = OpKey::Gemm(m, n, k, t & 1, (t >> 1) & 1);
-        key.constant_weights = (t >> 2) != 0;
-        ASSERT_EQ(ShapeClassOf(key), ShapeClass::kLarge) << key.ToString();
-        auto s = DefaultSchedule(key, d);
-        ASSERT_TRUE(s.ok());
-        SCOPED_TRACE(fmt::format("{} on {} {} (isa {}, {} threads)", key.ToString(), d.vendor, d.fingerprint, d.isa,
-                                 d.threads));
-        if (TileRuleHolds(key, d) || (onednn && PerCallOnednnThreadsSuffice(key, d) == 0)) {
-          EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_8x32__avx512") << s->ToString();
-          continue;
-        }
-        const bool want_onednn = onednn && OnednnRuleHolds(key, d);
-        const char* want = want_onednn ? "cpu_f32_gemm_onednn" : openblas ? "cpu_f32_gemm_openblas" : nullptr;
-        if (!want) continue;  // oneDNN only, and not preferred here: the own kernels
-        EXPECT_STREQ(s->variant->name, want) << s->ToString();
-        if (!want_onednn) continue;
-        EXPECT_EQ(s->params[s->variant->ParamIndex("reorder_b")], key.constant_weights ? 1 : 0) << s->ToString();
-        // dnnl_sgemm: per-call nn with n > 64, and per-call nt with rows of B (k floats) of at most 512 B.
-        const bool sgemm =
-            !key.constant_weights && d.vendor == "AuthenticAMD" && ((t == 0 && n > 64) || (t == 2 && k <= 128));
-        EXPECT_EQ(s->params[s->variant->ParamIndex("api")], sgemm ? 1 : 0) << s->ToString();
-      }
+  ForEveryRuleKey(shapes, ShapeClass::kLarge, [&](const OpKey& key, const DeviceInfo& d, const Schedule& s) {
+    if (TileRuleHolds(key, d) || (onednn && PerCallOnednnThreadsSuffice(key, d) == 0)) {
+      EXPECT_STREQ(s.variant->name, "cpu_f32_gemm_8x32__avx512") << s.ToString();
+      return;
+    }
+    const bool want_onednn = onednn && OnednnRuleHolds(key, d);
+    const char* want = want_onednn ? "cpu_f32_gemm_onednn" : openblas ? "cpu_f32_gemm_openblas" : nullptr;
+    if (!want) return;  // oneDNN only, and not preferred here: the own kernels
+    EXPECT_STREQ(s.variant->name, want) << s.ToString();
+    if (!want_onednn) return;
+    EXPECT_EQ(s.params[s.variant->ParamIndex("reorder_b")], key.constant_weights ? 1 : 0) << s.ToString();
+    // dnnl_sgemm: per-call nn with n > 64, and per-call nt with rows of B (k floats) of at most 512 B.
+    const bool sgemm = !key.constant_weights && !key.trans_a && d.vendor == "AuthenticAMD" &&
+                       ((!key.trans_b && key.n() > 64) || (key.trans_b && key.k() <= 128));
+    EXPECT_EQ(s.params[s.variant->ParamIndex("api")], sgemm ? 1 : 0) << s.ToString();
+  });
 }
 
 // Per-call `nn` decode steps of 5 to 16 tokens on an AMD AVX-512 host whose rows of B
@@ -544,30 +555,21 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfSmallKeysFollowsTheMeasuredRule) {
   const std::array<int64_t, 3> shapes[] = {{49, 64, 64},   {196, 60, 128}, {30, 100, 90},   {17, 17, 17},
                                            {128, 128, 128}, {120, 48, 200}, {61, 64, 128}, {62, 64, 128}};  // 0.999, 1.016 MFLOP
   int sgemm = 0;
-  for (const DeviceInfo& d : RuleDevices())
-    for (const auto& [m, n, k] : shapes)
-      for (int t = 0; t < 8; ++t) {
-        OpKey key = OpKey::Gemm(m, n, k, t & 1, (t >> 1) & 1);
-        key.constant_weights = (t >> 2) != 0;
-        ASSERT_EQ(ShapeClassOf(key), ShapeClass::kSmall) << key.ToString();
-        auto s = DefaultSchedule(key, d);
-        ASSERT_TRUE(s.ok());
-        SCOPED_TRACE(fmt::format("{} on {} {} (isa {}, {} threads)", key.ToString(), d.vendor, d.fingerprint, d.isa,
-                                 d.threads));
-        if (TinyOpenblasRuleHolds(key, d)) {
-          EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_openblas") << s->ToString();
-          EXPECT_EQ(s->params[s->variant->ParamIndex("threads")], 1) << s->ToString();
-        } else if (SmallSgemmRuleHolds(key, d)) {
-          ++sgemm;
-          EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_onednn") << s->ToString();
-          EXPECT_EQ(s->params[s->variant->ParamIndex("api")], 1) << s->ToString();
-          EXPECT_EQ(s->params[s->variant->ParamIndex("reorder_b")], 0) << s->ToString();
-          EXPECT_EQ(s->params[s->variant->ParamIndex("threads")], 1) << s->ToString();
-        } else {
-          EXPECT_EQ(std::string_view(s->variant->name).find("_onednn"), std::string_view::npos) << s->ToString();
-          EXPECT_EQ(std::string_view(s->variant->name).find("_openblas"), std::string_view::npos) << s->ToString();
-        }
-      }
+  ForEveryRuleKey(shapes, ShapeClass::kSmall, [&](const OpKey& key, const DeviceInfo& d, const Schedule& s) {
+    if (TinyOpenblasRuleHolds(key, d)) {
+      EXPECT_STREQ(s.variant->name, "cpu_f32_gemm_openblas") << s.ToString();
+      EXPECT_EQ(s.params[s.variant->ParamIndex("threads")], 1) << s.ToString();
+    } else if (SmallSgemmRuleHolds(key, d)) {
+      ++sgemm;
+      EXPECT_STREQ(s.variant->name, "cpu_f32_gemm_onednn") << s.ToString();
+      EXPECT_EQ(s.params[s.variant->ParamIndex("api")], 1) << s.ToString();
+      EXPECT_EQ(s.params[s.variant->ParamIndex("reorder_b")], 0) << s.ToString();
+      EXPECT_EQ(s.params[s.variant->ParamIndex("threads")], 1) << s.ToString();
+    } else {
+      EXPECT_EQ(std::string_view(s.variant->name).find("_onednn"), std::string_view::npos) << s.ToString();
+      EXPECT_EQ(std::string_view(s.variant->name).find("_openblas"), std::string_view::npos) << s.ToString();
+    }
+  });
   if ((Host().isa & kIsaAvx512) != 0) EXPECT_GT(sgemm, 0);  // the AMD view of the host's one-thread budget
 }
 
