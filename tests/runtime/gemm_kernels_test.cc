@@ -299,20 +299,26 @@ void GemvAlphaBetaAndBlocks(const KernelVariant& v) {
     }
 }
 
-// nt defaults read each row of a tile whole on AMD CPUs for m <= 2 and rows of up
-// to 3 KiB; side by side elsewhere.
+// nt defaults read each row of a tile whole on AMD CPUs at m = 1 with rows of up to 12
+// KiB on one thread (8 KiB on more) and at m = 2 up to 3 KiB; side by side elsewhere.
 TEST(CpuGemmTable, NtTilesReadShortRowsWholeOnAmd) {
   CG_REQUIRE_VARIANT(v, "cpu_f32_gemv_nt__avx2");
   DeviceInfo d = Host();
-  const auto order = [&](std::string_view vendor, int64_t m, int64_t k) {
+  const auto order = [&](std::string_view vendor, int threads, int64_t m, int64_t k) {
     d.vendor = std::string(vendor);
-    return VariantDefaultSchedule(*v, OpKey::Gemm(m, 512, k, false, true), d).params[cpu::kGemvOrder];
+    d.threads = threads;
+    return VariantDefaultSchedule(*v, OpKey::Gemm(m, 4096, k, false, true), d).params[cpu::kGemvOrder];
   };
-  EXPECT_EQ(order(kCpuVendorAmd, 1, 64), 1);
-  EXPECT_EQ(order(kCpuVendorAmd, 2, 768), 1);  // 3 KiB rows
-  EXPECT_EQ(order(kCpuVendorAmd, 1, 769), 0);
-  EXPECT_EQ(order(kCpuVendorAmd, 3, 128), 0);
-  EXPECT_EQ(order(kCpuVendorIntel, 1, 64), 0);
+  EXPECT_EQ(order(kCpuVendorAmd, 1, 1, 64), 1);
+  EXPECT_EQ(order(kCpuVendorAmd, 1, 1, 3072), 1);  // 12 KiB rows
+  EXPECT_EQ(order(kCpuVendorAmd, 1, 1, 3073), 0);
+  EXPECT_EQ(order(kCpuVendorAmd, 2, 1, 2048), 1);  // 8 KiB rows
+  EXPECT_EQ(order(kCpuVendorAmd, 2, 1, 2049), 0);
+  EXPECT_EQ(order(kCpuVendorAmd, 8, 1, 2049), 0);
+  EXPECT_EQ(order(kCpuVendorAmd, 2, 2, 768), 1);  // 3 KiB rows
+  EXPECT_EQ(order(kCpuVendorAmd, 1, 2, 769), 0);
+  EXPECT_EQ(order(kCpuVendorAmd, 1, 3, 128), 0);
+  EXPECT_EQ(order(kCpuVendorIntel, 1, 1, 64), 0);
 }
 
 // nn defaults keep a tile of C in registers for all of k on AMD CPUs where rows of B

@@ -184,8 +184,8 @@ void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
     // one pass where the registers allow (NTMaxRows).
     const bool wide = (v.isa & kIsaAvx512) != 0;
     p[kGemvBlock] = (wide ? key.m() <= 3 : key.m() == 1) ? 8 : wide || key.m() == 2 ? 4 : 2;
-    p[kGemvOrder] = device.vendor == kCpuVendorAmd && key.m() <= kGemvRowsWholeMaxM &&
-                    key.k() * int64_t(DTypeSize(key.dtype)) <= kGemvRowsWholeMaxBytes;
+    p[kGemvOrder] = device.vendor == kCpuVendorAmd &&
+                    key.k() * int64_t(DTypeSize(key.dtype)) <= GemvRowsWholeMaxBytes(key.m(), threads);
   } else {
     // Rows of B up to kGemvNNRowsWholeMaxBytes on AMD: a tile of C in registers, its
     // threads splitting k where all of n fits it (splitting such short rows by n, they

@@ -42,15 +42,22 @@ inline constexpr ParamSpec kGemvNTSpecs[] = {
     {"nj", kGemvNjValues, 4, "rows of B (columns of C) per register tile; rows of A per tile: at most 4, as many as the registers hold"},
     {"order", kGemmBoolValues, 0, "0 = a tile's rows of B read side by side at each k step; 1 = each row whole, then the next (one sequential stream where rows are stored one after another)"},
 };
-// The fitted `order` (nt): 1 on AMD CPUs for m <= 2 with rows of B up to 3 KiB. On
-// Zen 4, with B from memory, rows side by side defeat the hardware prefetchers when a
-// tile's rows share a few pages: reading each row whole took 1.1-2.6x less time at
-// m = 1 and 2 with rows of 256 B to 3 KiB, and was level at 4 KiB; with B in cache
-// (L2, L3) it took up to 1.4x more. At m = 4 the gain from memory (1.7-1.9x) came with
-// up to 1.9x the time in cache, so m > 2 keeps 0 (the tuner may choose 1). Intel hosts
-// keep 0 (not measured there). bench/RESULTS.md, "... the rows of an nt tile read whole".
-inline constexpr int64_t kGemvRowsWholeMaxBytes = 3 << 10;
-inline constexpr int64_t kGemvRowsWholeMaxM = 2;
+// The fitted `order` (nt): 1 on AMD CPUs where rows of B (k elements) are at most
+// GemvRowsWholeMaxBytes(m, threads) long. On Zen 4, with B from memory, rows side by
+// side defeat the hardware prefetchers when a tile's rows share a few pages: reading
+// each row whole took 1.1-2.6x less time at m = 1 and 2 with rows of 256 B to 3 KiB;
+// with B in cache (L2, L3) it took up to 1.4x more. Longer rows at m = 1, AVX-512 and
+// AVX2: 1.08-1.44x less time on one thread up to 12 KiB (k = 3072; 0.82-0.98x at 14
+// and 16 KiB) and 1.05-1.36x on two up to 8 KiB (0.92-1.07x from 9 to 12 KiB); 1.03-1.52x
+// on 12 rows drawn after; in cache 0.81-1.23x. At m = 2 rows of 4 to 7 KiB read
+// 0.92-1.61x faster from memory but took 1.6x the time in cache, and at m = 4 (1.7-1.9x
+// faster up to 2 KiB) up to 1.9x, so m = 2 keeps 3 KiB and m > 2 keeps 0 (the tuner
+// may choose 1). Budgets above two threads take the two-thread bound (not timed).
+// Intel hosts keep 0 (not measured there). bench/RESULTS.md, "... the rows of an nt
+// tile read whole" and "... nt rows read whole at m = 1 up to 12 KiB".
+constexpr int64_t GemvRowsWholeMaxBytes(int64_t m, int32_t threads) {
+  return m == 1 ? (threads == 1 ? 12 << 10 : 8 << 10) : m == 2 ? 3 << 10 : 0;
+}
 // The fitted `order` (nn) on AMD CPUs when rows of B are up to this many bytes: where
 // all of n fits one register tile (GemvNNWholeVectors), 1 on one thread and 2 (threads
 // split k) on more; else 1 where a thread's columns fit the tile. The tile of C then
@@ -128,7 +135,8 @@ Status GemvCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p,
 template <bool kTransB>
 Status GemvSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 // fit_defaults(): threads from the bytes of B (each thread streams at least kGemvBytesPerThread);
-// nt: nj from m and the registers (one pass over B for m <= 4, 8 accumulators or more); nn: nb, the widest block whose m rows
+// nt: nj from m and the registers (one pass over B for m <= 4, 8 accumulators or more), order by
+// GemvRowsWholeMaxBytes; nn: nb, the widest block whose m rows
 // of C fit in 16 KiB (a thread's whole rows where they fit in 32 KiB; the widest where threads split k); order and
 // unroll_k by the rules above (kGemvNNRowsWholeMaxBytes, kGemvNNSplitKMaxThreadRowBytes, kGemvNNDeepSteps*RowBytes).
 template <bool kTransB>
