@@ -487,7 +487,8 @@ bool SkinnyNtSgemmRuleHolds(const OpKey& key, const DeviceInfo& d) {
 // at least 9 (one thread, or weights of 2^21 elements and more) or 16 (more threads,
 // smaller weights), except that on an AVX-512 host constant weights with m of 9 to 16
 // and n of a panel or more run the packed 8x32 tile (oneDNN keeps m of 9 to 11 with
-// weights of 2^21 elements and more on one thread); the own kernels below, with
+// weights of 2^21 elements and more on one thread), on an AMD host m of 9 to 14 the
+// packed 14x32 tile, whatever the weights and threads; the own kernels below, with
 // per-call weights, for weights narrower than 17 columns and for little work
 // (m*n*k <= 2^21). Constant weights with m <= 8 (AVX2: 6) and n of a vector or more
 // run the small-m kernels on packed panels, on every host with AVX2. Per-call keys:
@@ -521,7 +522,10 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
           auto s = DefaultSchedule(key, d);
           ASSERT_TRUE(s.ok());
           SCOPED_TRACE(fmt::format("{} on {} (isa {}, {} threads)", key.ToString(), d.fingerprint, d.isa, d.threads));
-          const bool want_onednn = c.min_threads <= d.threads && d.threads <= c.max_threads && OnednnRuleHolds(key, d);
+          const bool one_panel = constant && d.vendor == "AuthenticAMD" && (d.isa & kIsaAvx512) && c.m > 8 &&
+                                 c.m <= 14 && c.n >= 32;
+          const bool want_onednn = !one_panel && c.min_threads <= d.threads && d.threads <= c.max_threads &&
+                                   OnednnRuleHolds(key, d);
           const bool want_sgemm = SkinnySgemmRuleHolds(key, d) || SkinnyNtSgemmRuleHolds(key, d);
           nt_sgemm += SkinnyNtSgemmRuleHolds(key, d);
           if (want_onednn || want_sgemm) {
@@ -533,8 +537,8 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
             EXPECT_EQ(std::string_view(s->variant->name).find("_openblas"), std::string_view::npos) << s->ToString();
           }
           const bool tile = constant && (d.isa & kIsaAvx512) && c.m > 8 && c.m <= 16 && c.n >= 32 && !want_onednn;
-          if (tile && FindKernelVariant("cpu_f32_gemm_8x32__avx512"))
-            EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_8x32__avx512") << s->ToString();
+          const char* want_tile = one_panel ? "cpu_f32_gemm_14x32__avx512" : "cpu_f32_gemm_8x32__avx512";
+          if (tile && FindKernelVariant(want_tile)) EXPECT_STREQ(s->variant->name, want_tile) << s->ToString();
           const int64_t packed_max_m = (d.isa & kIsaAvx512) ? 8 : 6;  // kGemvPackedMinNv's tile in the registers
           const bool packed_panels = constant && c.m <= packed_max_m && c.n >= 16 && (d.isa & kIsaAvx2);
           EXPECT_EQ(std::string_view(s->variant->name).starts_with("cpu_f32_gemv_packed__"), packed_panels)

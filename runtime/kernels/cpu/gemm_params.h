@@ -148,15 +148,25 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
 // preferred_default(): for the AVX-512 tiles of an AVX-512 host (the first in the
 // table, 8x32, takes them), constant-weights keys
 // - with m above kGemvPackedMaxM and at most kGemvMaxM, and n of a panel or more,
-//   except m below kGemmSmallMTileMinM with weights of 2^21 elements and more on one
-//   thread (oneDNN's there). Measured on the Intel host (bench/RESULTS.md, "Constant
+//   except, on an Intel host, m below kGemmSmallMTileMinM with weights of 2^21
+//   elements and more on one thread (oneDNN's there). Measured on the Intel host (bench/RESULTS.md, "Constant
 //   weights with m of 9 to 16"): the fitted 8x32 on packed weights took 0.33-1.00x the
 //   time of the default it replaced (the dot-product GEMV or oneDNN), and 0.94-0.98x
 //   oneDNN's speed at 9 x 4096 x 4096 and 10 x 3072 x 768 on one thread;
+//   On an AMD host, m up to kGemmOnePanelMaxM runs on the tile of that many rows
+//   (14x32), whatever the weights and threads: all of A is one micro-panel, so each
+//   packed panel of B is read once, where the 8x32 makes a second pass for the rows
+//   past 8, mostly padding. On Zen 4, paired, weights from memory, 1 and 2 threads
+//   (bench/RESULTS.md, "... constant weights with m of 9 to 14 on the 14-row tile"):
+//   the 14x32 took 0.59-0.83x the 8x32's time at m = 9, 0.75-0.96x at 10, 0.87-0.91x
+//   at 11 and 0.90-0.99x at 12 to 14, and 1.15-1.40x at 15 and 16 (which keep the
+//   8x32); against oneDNN, which had m of 9 to 11 with large weights on one thread,
+//   0.66-0.78x its time there;
 // - and those above kGemvMaxM that GemmTileDefault gives the own tiles;
 // and per-call keys that oneDNN's threads leave to them (PerCallLargeOnAmd and not
 // OnednnThreadsSuffice, gemm_library.h; built with oneDNN).
 inline constexpr int64_t kGemmSmallMTileMinM = 12;
+inline constexpr int64_t kGemmOnePanelMaxM = 14;
 bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 // Constant-weights keys with m above kGemvMaxM that default to the own tiles, ahead
 // of oneDNN's matmul, on an AVX-512 host:
