@@ -200,8 +200,9 @@ bool OnednnThreadsSuffice(const OpKey& key, const DeviceInfo& device);
 // and measured 1.05-2.3x oneDNN at m = 1 to 8 on a Zen 4 host (bench/RESULTS.md,
 // "packed panels for constant weights"). From m = 9 to 16 the own AVX-512 tiles take
 // the key first where GemmPreferredDefault (gemm_params.h) holds, which leaves oneDNN
-// m of 9 to 11 with large weights on one thread on an Intel host (none on AMD); above m = 16 they take the keys of
-// GemmTileDefault (wide ones on an Intel host, small ones on more than one thread).
+// m of 9 to 11 with large weights on one thread on an Intel host (none on AMD); above
+// m = 16 they take the keys of GemmTileDefault (wide ones on an Intel host, small ones
+// on more than one thread).
 constexpr int64_t OnednnDefaultMinM(int threads, int64_t n, int64_t k) {
   return threads == 1 || double(n) * double(k) >= double(kLargeWeightsElements) ? kGemvPackedMaxM + 1 : 16;
 }

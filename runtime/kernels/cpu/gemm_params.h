@@ -149,10 +149,11 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
 // table, 8x32, takes them), constant-weights keys
 // - with m above kGemvPackedMaxM and at most kGemvMaxM, and n of a panel or more,
 //   except, on an Intel host, m below kGemmSmallMTileMinM with weights of 2^21
-//   elements and more on one thread (oneDNN's there). Measured on the Intel host (bench/RESULTS.md, "Constant
-//   weights with m of 9 to 16"): the fitted 8x32 on packed weights took 0.33-1.00x the
-//   time of the default it replaced (the dot-product GEMV or oneDNN), and 0.94-0.98x
-//   oneDNN's speed at 9 x 4096 x 4096 and 10 x 3072 x 768 on one thread;
+//   elements and more on one thread (oneDNN's there). Measured on the Intel host
+//   (bench/RESULTS.md, "Constant weights with m of 9 to 16"): the fitted 8x32 on
+//   packed weights took 0.33-1.00x the time of the default it replaced (the
+//   dot-product GEMV or oneDNN), and 0.94-0.98x oneDNN's speed at 9 x 4096 x 4096 and
+//   10 x 3072 x 768 on one thread.
 //   On an AMD host, m up to kGemmOnePanelMaxM runs on the tile of that many rows
 //   (14x32), whatever the weights and threads: all of A is one micro-panel, so each
 //   packed panel of B is read once, where the 8x32 makes a second pass for the rows
