@@ -299,15 +299,20 @@ void GemvAlphaBetaAndBlocks(const KernelVariant& v) {
     }
 }
 
+// v's default schedule for key on the host seen as a `vendor` CPU with `threads` threads.
+Schedule DefaultOn(const KernelVariant& v, std::string_view vendor, int threads, const OpKey& key) {
+  DeviceInfo d = Host();
+  d.vendor = std::string(vendor);
+  d.threads = threads;
+  return VariantDefaultSchedule(v, key, d);
+}
+
 // nt defaults read each row of a tile whole on AMD CPUs at m = 1 with rows of up to 12
 // KiB on one thread (8 KiB on more) and at m = 2 up to 3 KiB; side by side elsewhere.
 TEST(CpuGemmTable, NtTilesReadShortRowsWholeOnAmd) {
   CG_REQUIRE_VARIANT(v, "cpu_f32_gemv_nt__avx2");
-  DeviceInfo d = Host();
   const auto order = [&](std::string_view vendor, int threads, int64_t m, int64_t k) {
-    d.vendor = std::string(vendor);
-    d.threads = threads;
-    return VariantDefaultSchedule(*v, OpKey::Gemm(m, 4096, k, false, true), d).params[cpu::kGemvOrder];
+    return DefaultOn(*v, vendor, threads, OpKey::Gemm(m, 4096, k, false, true)).params[cpu::kGemvOrder];
   };
   EXPECT_EQ(order(kCpuVendorAmd, 1, 1, 64), 1);
   EXPECT_EQ(order(kCpuVendorAmd, 1, 1, 3072), 1);  // 12 KiB rows
@@ -326,11 +331,8 @@ TEST(CpuGemmTable, NtTilesReadShortRowsWholeOnAmd) {
 // more threads than one they split k where all of n fits it.
 TEST(CpuGemmTable, NnTilesOfCStayInRegistersOnAmd) {
   CG_REQUIRE_VARIANT(v, "cpu_f32_gemv_nn__avx2");
-  DeviceInfo d = Host();
-  d.threads = 1;
   const auto order = [&](std::string_view vendor, int64_t m, int64_t n) {
-    d.vendor = std::string(vendor);
-    return VariantDefaultSchedule(*v, OpKey::Gemm(m, n, 2048), d).params[cpu::kGemvOrder];
+    return DefaultOn(*v, vendor, 1, OpKey::Gemm(m, n, 2048)).params[cpu::kGemvOrder];
   };
   EXPECT_EQ(order(kCpuVendorAmd, 1, 64), 1);
   EXPECT_EQ(order(kCpuVendorAmd, 1, 96), 1);
@@ -339,17 +341,16 @@ TEST(CpuGemmTable, NnTilesOfCStayInRegistersOnAmd) {
   EXPECT_EQ(order(kCpuVendorAmd, 4, 17), 0);
   EXPECT_EQ(order(kCpuVendorIntel, 1, 64), 0);
   CG_REQUIRE_VARIANT(w, "cpu_f32_gemv_nn__avx512");
-  d.vendor = std::string(kCpuVendorAmd);
-  EXPECT_EQ(VariantDefaultSchedule(*w, OpKey::Gemm(1, 256, 2048), d).params[cpu::kGemvOrder], 1);  // 1 KiB rows
-  d.threads = 2;  // 2 KiB rows: steps, threads splitting k (next test)
-  EXPECT_EQ(VariantDefaultSchedule(*w, OpKey::Gemm(1, 512, 2048), d).params[cpu::kGemvOrder], cpu::kGemvNNStepsSplitK);
+  EXPECT_EQ(DefaultOn(*w, kCpuVendorAmd, 1, OpKey::Gemm(1, 256, 2048)).params[cpu::kGemvOrder], 1);  // 1 KiB rows
+  // 2 KiB rows on 2 threads: steps, threads splitting k (next test)
+  EXPECT_EQ(DefaultOn(*w, kCpuVendorAmd, 2, OpKey::Gemm(1, 512, 2048)).params[cpu::kGemvOrder],
+            cpu::kGemvNNStepsSplitK);
   // More threads: they split k where all of n fits the tile, else n with the tile per
   // thread.
-  d.threads = 8;
-  const Schedule by_k = VariantDefaultSchedule(*w, OpKey::Gemm(1, 256, 2048), d);
+  const Schedule by_k = DefaultOn(*w, kCpuVendorAmd, 8, OpKey::Gemm(1, 256, 2048));
   EXPECT_EQ(by_k.params[cpu::kGemvThreads], 8);
   EXPECT_EQ(by_k.params[cpu::kGemvOrder], cpu::kGemvNNTileSplitK);
-  const Schedule by_n = VariantDefaultSchedule(*w, OpKey::Gemm(4, 128, 2048), d);  // a tile of 6 vectors at m = 4
+  const Schedule by_n = DefaultOn(*w, kCpuVendorAmd, 8, OpKey::Gemm(4, 128, 2048));  // a tile of 6 vectors at m = 4
   EXPECT_EQ(by_n.params[cpu::kGemvThreads], 8);
   EXPECT_EQ(by_n.params[cpu::kGemvOrder], cpu::kGemvNNTile);
 }
@@ -360,11 +361,8 @@ TEST(CpuGemmTable, NnTilesOfCStayInRegistersOnAmd) {
 // CPU: steps split by n.
 TEST(CpuGemmTable, NnStepsSplitKOnAmd) {
   CG_REQUIRE_VARIANT(v, "cpu_f32_gemv_nn__avx512");
-  DeviceInfo d = Host();
   const auto fit = [&](std::string_view vendor, int threads, int64_t m, int64_t n) {
-    d.vendor = std::string(vendor);
-    d.threads = threads;
-    return VariantDefaultSchedule(*v, OpKey::Gemm(m, n, 2048), d);
+    return DefaultOn(*v, vendor, threads, OpKey::Gemm(m, n, 2048));
   };
   const int64_t max_cols = cpu::kGemvNNSplitKMaxThreadRowBytes / 4;
   for (int64_t m : {1, 4}) {
@@ -385,11 +383,9 @@ TEST(CpuGemmTable, NnStepsSplitKOnAmd) {
 // 4 KiB; else 8 (m > 1, an Intel CPU, the AVX2 variant).
 TEST(CpuGemmTable, NnDeepStepsOnAmd) {
   CG_REQUIRE_VARIANT(v, "cpu_f32_gemv_nn__avx512");
-  DeviceInfo d = Host();
-  d.vendor = std::string(kCpuVendorAmd);
+  std::string_view vendor = kCpuVendorAmd;
   const auto unroll_k = [&](const KernelVariant& var, int threads, int64_t m, int64_t n) {
-    d.threads = threads;
-    return VariantDefaultSchedule(var, OpKey::Gemm(m, n, 2048), d).params[cpu::kGemvUnrollK];
+    return DefaultOn(var, vendor, threads, OpKey::Gemm(m, n, 2048)).params[cpu::kGemvUnrollK];
   };
   const int64_t min_n = cpu::kGemvNNDeepStepsMinRowBytes / 4, max_n = cpu::kGemvNNDeepStepsMaxRowBytes / 4;
   for (int threads : {1, 2}) {
@@ -403,9 +399,9 @@ TEST(CpuGemmTable, NnDeepStepsOnAmd) {
     EXPECT_EQ(unroll_k(*v, threads, 1, max_n + 1), 8) << threads;
     EXPECT_EQ(unroll_k(*v, threads, 2, 768), 8) << threads;
   }
-  d.vendor = std::string(kCpuVendorIntel);
+  vendor = kCpuVendorIntel;
   EXPECT_EQ(unroll_k(*v, 1, 1, 768), 8);
-  d.vendor = std::string(kCpuVendorAmd);
+  vendor = kCpuVendorAmd;
   CG_REQUIRE_VARIANT(w, "cpu_f32_gemv_nn__avx2");
   EXPECT_EQ(unroll_k(*w, 1, 1, 768), 8);
 }
