@@ -187,7 +187,8 @@ bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const Device
   if (!key.constant_weights) return false;
   if (GemmTileDefault(key, device)) return true;
   if (key.m() <= kGemvPackedMaxM || key.m() > kGemvMaxM || key.n() < v.config.gemm.nr) return false;
-  if (device.vendor == kCpuVendorAmd && key.m() <= kGemmOnePanelMaxM) return v.config.gemm.mr == kGemmOnePanelMaxM;
+  if (device.vendor == kCpuVendorAmd && key.m() <= kGemmOnePanelMaxM)
+    return v.config.gemm.mr == kGemmOnePanelMaxM;  // all of A in one micro-panel
   const bool big_weights = WeightElements(key) >= double(kLargeWeightsElements);
   return !(key.m() < kGemmSmallMTileMinM && big_weights && device.threads == 1);
 }

@@ -119,7 +119,7 @@ inline constexpr int64_t kOnednnSgemmMinN = 65;
 inline constexpr int64_t kOnednnSgemmNtMaxRowBytes = 512;
 bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device);
 // Skinny per-call `nn` keys (m from kOnednnSgemmMinM to 16) whose rows of B stay more
-// than kOnednnSgemmAliasMarginBytes away from every multiple of kOnednnSgemmAliasBytes,
+// than kOnednnSgemmAliasMarginBytes away from every multiple of kL1AliasBytes,
 // with m*n*k above OnednnSkinnySgemmMinWork of the thread budget (one or two threads).
 // Measured on Zen 4, paired, per call (bench/RESULTS.md, "... decode steps call
 // dnnl_sgemm"): on one thread, 76 rows of m = 5 to 16: on the 44 such rows the own
@@ -132,7 +132,6 @@ bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device);
 // to 16 tokens on two threads"). Below kOnednnSgemmMinM the own small-m kernels were
 // ahead; budgets above two threads are not timed.
 inline constexpr int64_t kOnednnSgemmMinM = GemvMaxM(false) + 1;
-inline constexpr int64_t kOnednnSgemmAliasBytes = 4096;
 inline constexpr int64_t kOnednnSgemmAliasMarginBytes = 128;
 constexpr double OnednnSkinnySgemmMinWork(int threads) {
   return threads == 1 ? kSmallClassMaxWork : double(int64_t{1} << 24);

@@ -233,8 +233,8 @@ bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device) {
       ShapeClassOf(key) != ShapeClass::kSkinny)
     return false;
   if (double(key.m()) * double(key.n()) * double(key.k()) <= OnednnSkinnySgemmMinWork(device.threads)) return false;
-  const int64_t r = key.n() * int64_t(DTypeSize(key.dtype)) % kOnednnSgemmAliasBytes;
-  return r > kOnednnSgemmAliasMarginBytes && r < kOnednnSgemmAliasBytes - kOnednnSgemmAliasMarginBytes;
+  const int64_t r = key.n() * int64_t(DTypeSize(key.dtype)) % kL1AliasBytes;
+  return r > kOnednnSgemmAliasMarginBytes && r < kL1AliasBytes - kOnednnSgemmAliasMarginBytes;
 }
 
 bool OnednnSkinnyNtSgemmFits(const OpKey& key, const DeviceInfo& device) {

@@ -46,6 +46,10 @@ inline constexpr int32_t kGemmThreadValues[] = {1,  2,  3,  4,  5,  6,  7,  8,  
 inline constexpr int32_t kGemmUnrollValues[] = {1, 2, 4, 8};
 inline constexpr int32_t kGemmPrefetchValues[] = {0, 2, 4, 8, 16};
 inline constexpr int32_t kGemmBoolValues[] = {0, 1};
+// Rows of an operand a multiple of this many bytes apart fall into the same few sets
+// of the L1 (each way of the 8-way 32 KiB and 12-way 48 KiB L1s spans 4 KiB), so the
+// rules that read many such rows at once treat these strides apart.
+inline constexpr int64_t kL1AliasBytes = 4096;
 
 // Declared defaults (fit_defaults then sets threads, par and pack_b per shape),
 // from --explore runs of bench_gemm on the AVX-512 host: A block 8 micro-panels

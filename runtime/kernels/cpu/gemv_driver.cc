@@ -217,7 +217,7 @@ void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
     const int64_t row_bytes = key.n() * int64_t(DTypeSize(key.dtype));
     const bool deep = device.vendor == kCpuVendorAmd && key.m() == 1 && (v.isa & kIsaAvx512) &&
                       !GemvNNTiles(p[kGemvOrder]) && row_bytes >= kGemvNNDeepStepsMinRowBytes &&
-                      row_bytes <= kGemvNNDeepStepsMaxRowBytes && row_bytes % 4096 != 0;
+                      row_bytes <= kGemvNNDeepStepsMaxRowBytes && row_bytes % kL1AliasBytes != 0;
     p[kGemvUnrollK] = deep ? kGemvNNDeepStepRows : 8;
   }
 }
