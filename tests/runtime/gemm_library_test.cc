@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
@@ -402,6 +403,21 @@ bool TileRuleHolds(const OpKey& key, const DeviceInfo& d) {
   return (d.vendor == "GenuineIntel" && key.n() >= 512) || (d.threads > 1 && key.Flops() < 80e6);
 }
 
+// Its AMD share by m (GemmLeastPaddingHolds): constant weights, m of 17 to 47 and n of
+// 512 or more on an AMD AVX-512 host, on any thread budget, run the tile of 14, 8 or 6
+// rows that pads m least (more rows on ties), written out here for the m of the test's
+// shapes; nullptr elsewhere.
+const char* LeastPaddingTile(const OpKey& key, const DeviceInfo& d) {
+  static const std::map<int64_t, const char*> kTileOfM = {
+      {17, "cpu_f32_gemm_6x64__avx512"},  {20, "cpu_f32_gemm_8x32__avx512"}, {25, "cpu_f32_gemm_14x32__avx512"},
+      {29, "cpu_f32_gemm_6x64__avx512"},  {31, "cpu_f32_gemm_8x32__avx512"}, {40, "cpu_f32_gemm_8x32__avx512"},
+      {41, "cpu_f32_gemm_14x32__avx512"}, {47, "cpu_f32_gemm_8x32__avx512"}};
+  if (!key.constant_weights || !(d.isa & kIsaAvx512) || d.vendor != "AuthenticAMD" || key.m() <= 16 ||
+      key.m() > 47 || key.n() < 512)
+    return nullptr;
+  return kTileOfM.at(key.m());
+}
+
 // Per-call weights of a large key on an AMD AVX-512 host where oneDNN may use the
 // thread budget (one thread, or passive OpenMP waiting): 1 where oneDNN's fitted
 // threads are at least the own rule's (ThreadsForWork), 0 where they are fewer, -1
@@ -423,8 +439,9 @@ bool OnednnRuleHolds(const OpKey& key, const DeviceInfo& d) {
 }
 
 // The measured rule for large keys (cpu_kernels.cc, gemm_params.h, gemm_library.h):
-// the own 8x32 tile for wide constant-weights keys on an Intel AVX-512 host and for
-// those of less than 80 MFLOP on more than one thread; else
+// the own tile of LeastPaddingTile where it names one; the own 8x32 tile for wide
+// constant-weights keys on an Intel AVX-512 host and for those of less than 80 MFLOP
+// on more than one thread; else
 // oneDNN's matmul on an AVX-512 host where it may use the thread budget, with its
 // weights reordered once for constant-weights keys, and as stored for per-call keys on
 // an AMD host where it runs as many threads as the own rule (through dnnl_sgemm where
@@ -440,8 +457,13 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
   if (!onednn && !openblas) GTEST_SKIP() << "this build has no library variants";
   const std::array<int64_t, 3> shapes[] = {{128, 768, 768}, {17, 512, 4096}, {2048, 4096, 1024}, {3136, 511, 64},
                                            {196, 256, 2304},  {500, 77, 128},  {40, 113, 2374},    {25, 1161, 1469},
-                                           {2000, 64, 256}};
+                                           {2000, 64, 256},  {20, 4096, 1024}, {29, 2048, 768},   {31, 600, 4000},
+                                           {41, 512, 1000},  {47, 3072, 3072}, {20, 511, 4096},   {48, 4096, 4096}};
   ForEveryRuleKey(shapes, ShapeClass::kLarge, [&](const OpKey& key, const DeviceInfo& d, const Schedule& s) {
+    if (const char* tile = LeastPaddingTile(key, d)) {
+      EXPECT_STREQ(s.variant->name, tile) << s.ToString();
+      return;
+    }
     if (TileRuleHolds(key, d) || (onednn && PerCallOnednnThreadsSuffice(key, d) == 0)) {
       EXPECT_STREQ(s.variant->name, "cpu_f32_gemm_8x32__avx512") << s.ToString();
       return;

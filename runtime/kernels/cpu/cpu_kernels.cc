@@ -176,7 +176,12 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
 bool GemmTileDefault(const OpKey& key, const DeviceInfo& device) {
   if (!key.constant_weights || (device.isa & kIsaAvx512) == 0 || key.m() <= kGemvMaxM) return false;
   return (device.vendor == kCpuVendorIntel && key.n() >= kGemmWideDefaultMinN) ||
-         (device.threads > 1 && key.Flops() < kGemmTileDefaultMaxFlops);
+         (device.threads > 1 && key.Flops() < kGemmTileDefaultMaxFlops) || GemmLeastPaddingHolds(key, device);
+}
+
+bool GemmLeastPaddingHolds(const OpKey& key, const DeviceInfo& device) {
+  return key.constant_weights && device.vendor == kCpuVendorAmd && (device.isa & kIsaAvx512) != 0 &&
+         key.m() > kGemvMaxM && key.m() <= kGemmLeastPaddingMaxM && key.n() >= kGemmWideDefaultMinN;
 }
 
 bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
@@ -185,6 +190,7 @@ bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const Device
   if (!key.constant_weights) return PerCallLargeOnAmd(key, device) && !OnednnThreadsSuffice(key, device);
 #endif
   if (!key.constant_weights) return false;
+  if (GemmLeastPaddingHolds(key, device)) return v.config.gemm.mr == GemmLeastPaddingRows(key.m());
   if (GemmTileDefault(key, device)) return true;
   if (key.m() <= kGemvPackedMaxM || key.m() > kGemvMaxM || key.n() < v.config.gemm.nr) return false;
   if (device.vendor == kCpuVendorAmd && key.m() <= kGemmOnePanelMaxM)

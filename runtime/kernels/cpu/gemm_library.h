@@ -201,7 +201,7 @@ bool OnednnThreadsSuffice(const OpKey& key, const DeviceInfo& device);
 // the key first where GemmPreferredDefault (gemm_params.h) holds, which leaves oneDNN
 // m of 9 to 11 with large weights on one thread on an Intel host (none on AMD); above
 // m = 16 they take the keys of GemmTileDefault (wide ones on an Intel host, small ones
-// on more than one thread).
+// on more than one thread, and m up to 47 on an AMD host).
 constexpr int64_t OnednnDefaultMinM(int threads, int64_t n, int64_t k) {
   return threads == 1 || double(n) * double(k) >= double(kLargeWeightsElements) ? kGemvPackedMaxM + 1 : 16;
 }

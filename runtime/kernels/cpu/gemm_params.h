@@ -167,7 +167,8 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
 //   at 11 and 0.90-0.99x at 12 to 14, and 1.15-1.40x at 15 and 16 (which keep the
 //   8x32); against oneDNN, which had m of 9 to 11 with large weights on one thread,
 //   0.66-0.78x its time there;
-// - and those above kGemvMaxM that GemmTileDefault gives the own tiles;
+// - and those above kGemvMaxM that GemmTileDefault gives the own tiles, on the tile
+//   of GemmLeastPaddingRows where GemmLeastPaddingHolds;
 // and per-call keys that oneDNN's threads leave to them (PerCallLargeOnAmd and not
 // OnednnThreadsSuffice, gemm_library.h; built with oneDNN).
 inline constexpr int64_t kGemmSmallMTileMinM = 12;
@@ -194,8 +195,34 @@ bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const Device
 //   (bench/RESULTS.md, "the own tiles for mid-size keys on more threads"). Not timed
 //   on an Intel host, where oneDNN's second thread cost more (2.07x the time of one
 //   at 6.1 MFLOP, 1.35x at 12.3).
+// - keys of GemmLeastPaddingHolds (below).
 inline constexpr int64_t kGemmWideDefaultMinN = 512;
 inline constexpr double kGemmTileDefaultMaxFlops = 80e6;
 bool GemmTileDefault(const OpKey& key, const DeviceInfo& device);
+
+// Constant-weights keys with m above kGemvMaxM and at most kGemmLeastPaddingMaxM and n
+// of at least kGemmWideDefaultMinN, on an AMD AVX-512 host, run the AVX-512 tile of
+// kGemmLeastPaddingTileRows that pads m least (more rows on ties: fewer passes), on any
+// thread budget. With m within one mc block every micro-panel of A reuses the B
+// micro-panel from L1, so the time follows the padded rows. On Zen 4, paired, weights
+// from memory, 1 and 2 threads, against oneDNN (weights reordered once; the default
+// before on one thread and above 80 MFLOP): that tile took 0.77-0.90x its time at m =
+// 17 (the 6x64, 18 rows; the 8x32 pads to 24 and took 0.97-1.14x), 0.79-0.91x at 25 (the
+// 14x32) and 0.77-1.02x over m = 17 to 47; on 14 shapes drawn after, both layouts,
+// oneDNN took 1.02-1.21x its time on one thread (1.07x in geometric mean) and 1.02-1.55x
+// on two (bench/RESULTS.md, "... constant weights with m of 17 to 47 on the tile that
+// pads m least"). The 16x16 (half the width) is not among them. m of 9 to 16 keep the
+// rule above: with m within one micro-panel the passes over B count, and the 14x32 took
+// 0.87-0.93x the 6x64's time at m = 9 and 10 though it pads more.
+inline constexpr int kGemmLeastPaddingTileRows[] = {14, 8, 6};
+inline constexpr int64_t kGemmLeastPaddingMaxM = 47;
+constexpr int GemmLeastPaddingRows(int64_t m) {
+  int best = kGemmLeastPaddingTileRows[0];
+  auto padded = [m](int64_t mr) { return (m + mr - 1) / mr * mr; };
+  for (int mr : kGemmLeastPaddingTileRows)
+    if (padded(mr) < padded(best)) best = mr;
+  return best;
+}
+bool GemmLeastPaddingHolds(const OpKey& key, const DeviceInfo& device);
 
 }  // namespace cliffguard::cpu
