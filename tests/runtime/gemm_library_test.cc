@@ -409,9 +409,10 @@ bool TileRuleHolds(const OpKey& key, const DeviceInfo& d) {
 // shapes; nullptr elsewhere.
 const char* LeastPaddingTile(const OpKey& key, const DeviceInfo& d) {
   static const std::map<int64_t, const char*> kTileOfM = {
-      {17, "cpu_f32_gemm_6x64__avx512"},  {20, "cpu_f32_gemm_8x32__avx512"}, {25, "cpu_f32_gemm_14x32__avx512"},
-      {29, "cpu_f32_gemm_6x64__avx512"},  {31, "cpu_f32_gemm_8x32__avx512"}, {40, "cpu_f32_gemm_8x32__avx512"},
-      {41, "cpu_f32_gemm_14x32__avx512"}, {47, "cpu_f32_gemm_8x32__avx512"}};
+      {17, "cpu_f32_gemm_6x64__avx512"},  {20, "cpu_f32_gemm_8x32__avx512"}, {24, "cpu_f32_gemm_8x32__avx512"},
+      {25, "cpu_f32_gemm_14x32__avx512"}, {29, "cpu_f32_gemm_6x64__avx512"}, {31, "cpu_f32_gemm_8x32__avx512"},
+      {32, "cpu_f32_gemm_8x32__avx512"},  {40, "cpu_f32_gemm_8x32__avx512"}, {41, "cpu_f32_gemm_14x32__avx512"},
+      {47, "cpu_f32_gemm_8x32__avx512"}};
   if (!key.constant_weights || !(d.isa & kIsaAvx512) || d.vendor != "AuthenticAMD" || key.m() <= 16 ||
       key.m() > 47 || key.n() < 512)
     return nullptr;
@@ -430,12 +431,20 @@ int PerCallOnednnThreadsSuffice(const OpKey& key, const DeviceInfo& d) {
   return VariantDefaultSchedule(*v, key, d).params[v->ParamIndex("threads")] >= cpu::ThreadsForWork(key, d);
 }
 
+// Per-call `nn` keys of that kind (PerCallOnednnThreadsSuffice not -1) with n > 64, m
+// of at most 31 and rows of B (n floats) a multiple of 4 KiB: the own 8x32 tile
+// (PerCallOwnTileOnAmd), written out here from its rule.
+bool AliasedRowsTileHolds(const OpKey& key, const DeviceInfo& d) {
+  return PerCallOnednnThreadsSuffice(key, d) != -1 && !key.trans_a && !key.trans_b && key.n() > 64 &&
+         key.m() <= 31 && key.n() * 4 % 4096 == 0;
+}
+
 // oneDNN's device and weights condition: AVX-512 and the thread budget usable (one
 // thread, or passive OpenMP waiting); constant weights, or per-call weights where
-// PerCallOnednnThreadsSuffice.
+// PerCallOnednnThreadsSuffice and not AliasedRowsTileHolds.
 bool OnednnRuleHolds(const OpKey& key, const DeviceInfo& d) {
   if (!(d.isa & kIsaAvx512) || !(d.threads == 1 || testing::OmpWaitsPassively())) return false;
-  return key.constant_weights || PerCallOnednnThreadsSuffice(key, d) == 1;
+  return key.constant_weights || (PerCallOnednnThreadsSuffice(key, d) == 1 && !AliasedRowsTileHolds(key, d));
 }
 
 // The measured rule for large keys (cpu_kernels.cc, gemm_params.h, gemm_library.h):
@@ -446,8 +455,8 @@ bool OnednnRuleHolds(const OpKey& key, const DeviceInfo& d) {
 // weights reordered once for constant-weights keys, and as stored for per-call keys on
 // an AMD host where it runs as many threads as the own rule (through dnnl_sgemm where
 // neither operand is transposed and n > 64, or only B is, with k <= 128), the own 8x32
-// tile for the per-call keys there whose oneDNN threads are fewer; OpenBLAS for every
-// other large key.
+// tile for the per-call keys there whose oneDNN threads are fewer or where
+// AliasedRowsTileHolds; OpenBLAS for every other large key.
 // Checked on the host, the same host seen as AVX2-only and with one thread, each as an
 // Intel and as an AMD CPU, on wide and narrow keys (ctest runs it again with passive
 // OpenMP waiting: library_rules_with_passive_openmp).
@@ -458,13 +467,15 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
   const std::array<int64_t, 3> shapes[] = {{128, 768, 768}, {17, 512, 4096}, {2048, 4096, 1024}, {3136, 511, 64},
                                            {196, 256, 2304},  {500, 77, 128},  {40, 113, 2374},    {25, 1161, 1469},
                                            {2000, 64, 256},  {20, 4096, 1024}, {29, 2048, 768},   {31, 600, 4000},
-                                           {41, 512, 1000},  {47, 3072, 3072}, {20, 511, 4096},   {48, 4096, 4096}};
+                                           {41, 512, 1000},  {47, 3072, 3072}, {20, 511, 4096},   {48, 4096, 4096},
+                                           {31, 1024, 2000}, {32, 1024, 2048}, {24, 1056, 1000},  {24, 1025, 1000}};
   ForEveryRuleKey(shapes, ShapeClass::kLarge, [&](const OpKey& key, const DeviceInfo& d, const Schedule& s) {
     if (const char* tile = LeastPaddingTile(key, d)) {
       EXPECT_STREQ(s.variant->name, tile) << s.ToString();
       return;
     }
-    if (TileRuleHolds(key, d) || (onednn && PerCallOnednnThreadsSuffice(key, d) == 0)) {
+    if (TileRuleHolds(key, d) ||
+        (onednn && (PerCallOnednnThreadsSuffice(key, d) == 0 || AliasedRowsTileHolds(key, d)))) {
       EXPECT_STREQ(s.variant->name, "cpu_f32_gemm_8x32__avx512") << s.ToString();
       return;
     }

@@ -178,16 +178,30 @@ bool OnednnSmallSgemmFits(const OpKey& key, const DeviceInfo& device);
 //   on 51 of 60 rows), and 0.83x (nn) and 0.75x (nt) that of the better of oneDNN's
 //   matmul and dnnl_sgemm on two threads (bench/RESULTS.md, "per-call mid-size keys on
 //   two threads run the own tile").
+// - the own packed tile for `nn` keys (neither operand transposed, n > 64) with m up
+//   to kOwnTileAliasedRowsMaxM whose rows of B are a multiple of kL1AliasBytes. As at
+//   m of 5 to 16 (OnednnSkinnySgemmFits), dnnl_sgemm loses there. On Zen 4, paired,
+//   per call, k = 2048, n = 1024, 3072 and 4096 (rows of 4, 12 and 16 KiB), 1 and 2
+//   threads: the fitted 8x32 took 0.74-0.82x dnnl_sgemm's time at m = 17, 0.81-0.96x
+//   at 20, 0.88-1.02x at 24 and 28, 0.94-1.04x at 32 and 0.96-1.07x at 40; with rows of
+//   11.7 KiB (n = 3000) 1.05-1.27x. On 14 shapes drawn with m of 17 to 31, 0.76-1.01x
+//   on the 22 rows of such rows; rows 36 to 124 B off a multiple were level
+//   (0.97-1.01x) and 100 B short of one behind (1.09-1.12x), so the margin of the
+//   decode rule is not used here (bench/RESULTS.md, "per-call nn keys with m of 17 to
+//   31 and rows of B a multiple of 4 KiB run the own tile").
 // On the Intel host OpenBLAS measured ahead with B as stored ("Large nn ..."), and
 // keeps them; without passive waiting OpenBLAS keeps them too (not measured against
 // the own tile).
+inline constexpr int64_t kOwnTileAliasedRowsMaxM = 31;
 bool PerCallLargeOnAmd(const OpKey& key, const DeviceInfo& device);
 bool OnednnThreadsSuffice(const OpKey& key, const DeviceInfo& device);
+// Where PerCallLargeOnAmd, the keys of the own packed tile (the two cases above).
+bool PerCallOwnTileOnAmd(const OpKey& key, const DeviceInfo& device);
 // preferred_default(), on an AVX-512 host where oneDNN may use the thread budget (one
 // thread, or passive OpenMP waiting):
 // - per-call keys where OnednnSkinnySgemmFits, OnednnSkinnyNtSgemmFits or
 //   OnednnSmallSgemmFits;
-// - per-call keys where PerCallLargeOnAmd and OnednnThreadsSuffice;
+// - per-call keys where PerCallLargeOnAmd and not PerCallOwnTileOnAmd;
 // - constant-weights keys with m at least
 // OnednnDefaultMinM, n > 16 and m*n*k > 2^21: the large class, and decode steps of 9
 // to 16 tokens on one thread or with weights of at least 2^21 elements (8 MiB), of 16

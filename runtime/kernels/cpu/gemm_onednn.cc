@@ -254,12 +254,19 @@ bool OnednnThreadsSuffice(const OpKey& key, const DeviceInfo& device) {
   return onednn::FittedThreads(key, device) >= ThreadsForWork(key, device);
 }
 
+bool PerCallOwnTileOnAmd(const OpKey& key, const DeviceInfo& device) {
+  if (!PerCallLargeOnAmd(key, device)) return false;
+  return !OnednnThreadsSuffice(key, device) ||
+         (PerCallNnOnAmd(key, device) && key.m() <= kOwnTileAliasedRowsMaxM &&
+          key.n() * int64_t(DTypeSize(key.dtype)) % kL1AliasBytes == 0);
+}
+
 bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
   if ((device.isa & kIsaAvx512) == 0 || !(device.threads == 1 || onednn::OmpWaitsPassively())) return false;
   if (!key.constant_weights)
     return OnednnSkinnySgemmFits(key, device) || OnednnSkinnyNtSgemmFits(key, device) ||
            OnednnSmallSgemmFits(key, device) ||
-           (PerCallLargeOnAmd(key, device) && OnednnThreadsSuffice(key, device));
+           (PerCallLargeOnAmd(key, device) && !PerCallOwnTileOnAmd(key, device));
   if (GemmTileDefault(key, device)) return false;  // the own tiles' (gemm_params.h)
   const GemmView g = GemmViewOf(key);
   return g.m >= OnednnDefaultMinM(device.threads, g.n, g.k) && g.n > 16 &&

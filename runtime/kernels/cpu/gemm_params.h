@@ -169,8 +169,7 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
 //   0.66-0.78x its time there;
 // - and those above kGemvMaxM that GemmTileDefault gives the own tiles, on the tile
 //   of GemmLeastPaddingRows where GemmLeastPaddingHolds;
-// and per-call keys that oneDNN's threads leave to them (PerCallLargeOnAmd and not
-// OnednnThreadsSuffice, gemm_library.h; built with oneDNN).
+// and per-call keys of PerCallOwnTileOnAmd (gemm_library.h; built with oneDNN).
 inline constexpr int64_t kGemmSmallMTileMinM = 12;
 inline constexpr int64_t kGemmOnePanelMaxM = 14;
 bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
