@@ -210,9 +210,11 @@ bool GemmTileDefault(const OpKey& key, const DeviceInfo& device);
 // 14x32) and 0.77-1.02x over m = 17 to 47; on 14 shapes drawn after, both layouts,
 // oneDNN took 1.02-1.21x its time on one thread (1.07x in geometric mean) and 1.02-1.55x
 // on two (bench/RESULTS.md, "... constant weights with m of 17 to 47 on the tile that
-// pads m least"). The 16x16 (half the width) is not among them. m of 9 to 16 keep the
-// rule above: with m within one micro-panel the passes over B count, and the 14x32 took
-// 0.87-0.93x the 6x64's time at m = 9 and 10 though it pads more.
+// pads m least"). Narrower keys keep oneDNN on one thread: at n = 64 and 128 the tile
+// took 0.95-1.19x its time, at 256 and 384 0.90-1.02x. The 16x16 (half the width) is
+// not among the tiles. m of 9 to 16 keep the rule above: with m within one micro-panel
+// the passes over B count, and the 14x32 took 0.87-0.93x the 6x64's time at m = 9 and
+// 10 though it pads more.
 inline constexpr int kGemmLeastPaddingTileRows[] = {14, 8, 6};
 inline constexpr int64_t kGemmLeastPaddingMaxM = 47;
 constexpr int GemmLeastPaddingRows(int64_t m) {
