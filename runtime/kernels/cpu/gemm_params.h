@@ -203,18 +203,20 @@ bool GemmTileDefault(const OpKey& key, const DeviceInfo& device);
 // of at least kGemmWideDefaultMinN, on an AMD AVX-512 host, run the AVX-512 tile of
 // kGemmLeastPaddingTileRows that pads m least (more rows on ties: fewer passes), on any
 // thread budget. With m within one mc block every micro-panel of A reuses the B
-// micro-panel from L1, so the time follows the padded rows. On Zen 4, paired, weights
-// from memory, 1 and 2 threads, against oneDNN (weights reordered once; the default
-// before on one thread and above 80 MFLOP): that tile took 0.77-0.90x its time at m =
-// 17 (the 6x64, 18 rows; the 8x32 pads to 24 and took 0.97-1.14x), 0.79-0.91x at 25 (the
-// 14x32) and 0.77-1.02x over m = 17 to 47; on 14 shapes drawn after, both layouts,
-// oneDNN took 1.02-1.21x its time on one thread (1.07x in geometric mean) and 1.02-1.55x
-// on two (bench/RESULTS.md, "... constant weights with m of 17 to 47 on the tile that
-// pads m least"). Narrower keys keep oneDNN on one thread: at n = 64 and 128 the tile
-// took 0.95-1.19x its time, at 256 and 384 0.90-1.02x. The 16x16 (half the width) is
-// not among the tiles. m of 9 to 16 keep the rule above: with m within one micro-panel
-// the passes over B count, and the 14x32 took 0.87-0.93x the 6x64's time at m = 9 and
-// 10 though it pads more.
+// micro-panel from L1, so among the own tiles the time follows the padded rows. On Zen
+// 4, paired, weights from memory, 1 and 2 threads, against oneDNN (weights reordered
+// once; the default before on one thread and above 80 MFLOP): that tile took
+// 0.77-0.90x its time at m = 17 (the 6x64, 18 rows; the 8x32 pads to 24 and took
+// 0.97-1.14x), 0.79-0.91x at 25 (the 14x32) and 0.77-1.02x over m = 17 to 47; on 14
+// shapes drawn after, both layouts, oneDNN took 1.02-1.21x its time on one thread
+// (1.07x in geometric mean) and 1.02-1.55x on two. With the weights in cache the two
+// were level (oneDNN 0.92-1.05x, 0.99x in geometric mean on 8 shapes); serving reads
+// weights from memory (bench/RESULTS.md, "... constant weights with m of 17 to 47 on
+// the tile that pads m least"). Narrower keys keep oneDNN on one thread: at n = 64 and
+// 128 the tile took 0.95-1.19x its time, at 256 and 384 0.90-1.02x. The 16x16 (half
+// the width) is not among the tiles. m of 9 to 16 keep the rule above: with m within
+// one micro-panel the passes over B count, and the 14x32 took 0.87-0.93x the 6x64's
+// time at m = 9 and 10 though it pads more.
 inline constexpr int kGemmLeastPaddingTileRows[] = {14, 8, 6};
 inline constexpr int64_t kGemmLeastPaddingMaxM = 47;
 constexpr int GemmLeastPaddingRows(int64_t m) {
