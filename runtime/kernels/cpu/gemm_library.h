@@ -187,8 +187,9 @@ bool OnednnSmallSgemmFits(const OpKey& key, const DeviceInfo& device);
 //   11.7 KiB (n = 3000) 1.05-1.27x. On 14 shapes drawn with m of 17 to 31, 0.76-1.01x
 //   on the 22 rows of such rows; rows 36 to 124 B off a multiple were level
 //   (0.97-1.01x) and 100 B short of one behind (1.09-1.12x), so the margin of the
-//   decode rule is not used here (bench/RESULTS.md, "per-call nn keys with m of 17 to
-//   31 and rows of B a multiple of 4 KiB run the own tile").
+//   decode rule is not used here. With B in cache the two were level in geometric mean
+//   (0.82-1.33x per shape; bench/RESULTS.md, "per-call nn keys with m of 17 to 31 and
+//   rows of B a multiple of 4 KiB run the own tile").
 // On the Intel host OpenBLAS measured ahead with B as stored ("Large nn ..."), and
 // keeps them; without passive waiting OpenBLAS keeps them too (not measured against
 // the own tile).
