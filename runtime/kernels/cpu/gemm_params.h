@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cliffguard/kernel.h"
+#include "kernels/cpu/thread_scratch.h"
 
 namespace cliffguard::cpu {
 
@@ -221,9 +222,8 @@ inline constexpr int kGemmLeastPaddingTileRows[] = {14, 8, 6};
 inline constexpr int64_t kGemmLeastPaddingMaxM = 47;
 constexpr int GemmLeastPaddingRows(int64_t m) {
   int best = kGemmLeastPaddingTileRows[0];
-  auto padded = [m](int64_t mr) { return (m + mr - 1) / mr * mr; };
   for (int mr : kGemmLeastPaddingTileRows)
-    if (padded(mr) < padded(best)) best = mr;
+    if (RoundUp(m, mr) < RoundUp(m, best)) best = mr;
   return best;
 }
 bool GemmLeastPaddingHolds(const OpKey& key, const DeviceInfo& device);
