@@ -180,6 +180,11 @@ bool PerCallNnOnAmd(const OpKey& key, const DeviceInfo& device) {
          key.n() >= kOnednnSgemmMinN;
 }
 
+// Where an `nn` key's rows of B (n elements) end within a kL1AliasBytes stride: 0 for
+// rows a multiple of it, which dnnl_sgemm reads slowly (the decode and aliased-rows
+// rules).
+int64_t RowAliasOffset(const OpKey& key) { return key.n() * int64_t(DTypeSize(key.dtype)) % kL1AliasBytes; }
+
 // The `nt` dnnl_sgemm rule: a per-call large key with only B transposed on an AMD
 // host, rows of B up to kOnednnSgemmNtMaxRowBytes.
 bool PerCallNtShortRowsOnAmd(const OpKey& key, const DeviceInfo& device) {
@@ -233,7 +238,7 @@ bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device) {
       ShapeClassOf(key) != ShapeClass::kSkinny)
     return false;
   if (double(key.m()) * double(key.n()) * double(key.k()) <= OnednnSkinnySgemmMinWork(device.threads)) return false;
-  const int64_t r = key.n() * int64_t(DTypeSize(key.dtype)) % kL1AliasBytes;
+  const int64_t r = RowAliasOffset(key);
   return r > kOnednnSgemmAliasMarginBytes && r < kL1AliasBytes - kOnednnSgemmAliasMarginBytes;
 }
 
@@ -257,8 +262,7 @@ bool OnednnThreadsSuffice(const OpKey& key, const DeviceInfo& device) {
 bool PerCallOwnTileOnAmd(const OpKey& key, const DeviceInfo& device) {
   if (!PerCallLargeOnAmd(key, device)) return false;
   return !OnednnThreadsSuffice(key, device) ||
-         (PerCallNnOnAmd(key, device) && key.m() <= kOwnTileAliasedRowsMaxM &&
-          key.n() * int64_t(DTypeSize(key.dtype)) % kL1AliasBytes == 0);
+         (PerCallNnOnAmd(key, device) && key.m() <= kOwnTileAliasedRowsMaxM && RowAliasOffset(key) == 0);
 }
 
 bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {

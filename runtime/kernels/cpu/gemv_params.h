@@ -52,9 +52,9 @@ inline constexpr ParamSpec kGemvNTSpecs[] = {
 // 1.03-1.52x on 12 rows drawn after; in cache 0.81-1.23x. At m = 2 rows of 4 to 7 KiB
 // read 0.92-1.61x faster from memory but took 1.6x the time in cache, and at m = 4
 // (1.7-1.9x faster up to 2 KiB) up to 1.9x, so m = 2 keeps 3 KiB and m > 2 keeps 0
-// (the tuner may choose 1). Budgets above two threads take the two-thread bound (not timed).
-// Intel hosts keep 0 (not measured there). bench/RESULTS.md, "... the rows of an nt
-// tile read whole" and "... nt rows read whole at m = 1 up to 12 KiB".
+// (the tuner may choose 1). Budgets above two threads take the two-thread bound (not
+// timed). Intel hosts keep 0 (not measured there). bench/RESULTS.md, "... the rows of
+// an nt tile read whole" and "... nt rows read whole at m = 1 up to 12 KiB".
 constexpr int64_t GemvRowsWholeMaxBytes(int64_t m, int32_t threads) {
   return m == 1 ? (threads == 1 ? 12 << 10 : 8 << 10) : m == 2 ? 3 << 10 : 0;
 }
