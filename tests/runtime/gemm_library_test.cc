@@ -320,8 +320,8 @@ TEST(cpu_f32_gemm_openblas, ConcurrentCallers) {
 // from its rule.
 bool TinyOpenblasRuleHolds(const OpKey& key, const DeviceInfo& d) {
 #ifdef CLIFFGUARD_WITH_OPENBLAS
-  return !key.constant_weights && !key.trans_a && !key.trans_b && d.vendor == "AuthenticAMD" &&
-         (d.isa & kIsaAvx512) && ShapeClassOf(key) == ShapeClass::kSmall && 2.0 * key.m() * key.n() * key.k() < 1e6 &&
+  return !key.constant_weights && !key.trans_a && !key.trans_b && (d.isa & kIsaAvx512) &&
+         ShapeClassOf(key) == ShapeClass::kSmall && 2.0 * key.m() * key.n() * key.k() < 1e6 &&
          (cpu::OpenblasCoreIsa(cpu::OpenblasCore()) & kIsaAvx512);
 #else
   return false;
@@ -332,8 +332,8 @@ bool TinyOpenblasRuleHolds(const OpKey& key, const DeviceInfo& d) {
 // dnnl_sgemm (OnednnSmallSgemmFits), written out here from its rule.
 bool SmallSgemmRuleHolds(const OpKey& key, const DeviceInfo& d) {
   const KernelVariant* v = FindKernelVariant("cpu_f32_gemm_onednn");
-  return v && !key.constant_weights && !key.trans_a && !key.trans_b && d.vendor == "AuthenticAMD" &&
-         (d.isa & kIsaAvx512) && (d.threads == 1 || testing::OmpWaitsPassively()) &&
+  return v && !key.constant_weights && !key.trans_a && !key.trans_b && (d.isa & kIsaAvx512) &&
+         (d.threads == 1 || testing::OmpWaitsPassively()) &&
          ShapeClassOf(key) == ShapeClass::kSmall && !TinyOpenblasRuleHolds(key, d) &&
          VariantDefaultSchedule(*v, key, d).params[v->ParamIndex("threads")] >= cpu::ThreadsForWork(key, d);
 }
@@ -419,32 +419,35 @@ const char* LeastPaddingTile(const OpKey& key, const DeviceInfo& d) {
   return kTileOfM.at(key.m());
 }
 
-// Per-call weights of a large key on an AMD AVX-512 host where oneDNN may use the
+// Per-call weights of a large key on an AVX-512 host where oneDNN may use the
 // thread budget (one thread, or passive OpenMP waiting): 1 where oneDNN's fitted
 // threads are at least the own rule's (ThreadsForWork), 0 where they are fewer, -1
 // for every other key and host.
 int PerCallOnednnThreadsSuffice(const OpKey& key, const DeviceInfo& d) {
   const KernelVariant* v = FindKernelVariant("cpu_f32_gemm_onednn");
-  if (!v || key.constant_weights || !(d.isa & kIsaAvx512) || d.vendor != "AuthenticAMD" ||
-      !(d.threads == 1 || testing::OmpWaitsPassively()) || ShapeClassOf(key) != ShapeClass::kLarge)
+  if (!v || key.constant_weights || !(d.isa & kIsaAvx512) || !(d.threads == 1 || testing::OmpWaitsPassively()) ||
+      ShapeClassOf(key) != ShapeClass::kLarge)
     return -1;
   return VariantDefaultSchedule(*v, key, d).params[v->ParamIndex("threads")] >= cpu::ThreadsForWork(key, d);
 }
 
-// Per-call `nn` keys of that kind (PerCallOnednnThreadsSuffice not -1) with n > 64, m
-// of at most 31 and rows of B (n floats) a multiple of 4 KiB: the own 8x32 tile
-// (PerCallOwnTileOnAmd), written out here from its rule.
-bool AliasedRowsTileHolds(const OpKey& key, const DeviceInfo& d) {
-  return PerCallOnednnThreadsSuffice(key, d) != -1 && !key.trans_a && !key.trans_b && key.n() > 64 &&
-         key.m() <= 31 && key.n() * 4 % 4096 == 0;
+// Per-call `nn` keys of that kind (PerCallOnednnThreadsSuffice not -1) with n > 64:
+// on an AMD host those with m of at most 31 and rows of B (n floats) a multiple of 4
+// KiB, on an Intel host where oneDNN's threads suffice those with m of at most 31, or
+// 64 with such rows, run the own 8x32 tile (PerCallOwnTile), written out here from
+// its rule.
+bool OwnTileNnHolds(const OpKey& key, const DeviceInfo& d) {
+  if (PerCallOnednnThreadsSuffice(key, d) == -1 || key.trans_a || key.trans_b || key.n() <= 64) return false;
+  if (d.vendor == "AuthenticAMD") return key.m() <= 31 && key.n() * 4 % 4096 == 0;
+  return PerCallOnednnThreadsSuffice(key, d) == 1 && (key.m() <= 31 || (key.m() <= 64 && key.n() * 4 % 4096 == 0));
 }
 
 // oneDNN's device and weights condition: AVX-512 and the thread budget usable (one
 // thread, or passive OpenMP waiting); constant weights, or per-call weights where
-// PerCallOnednnThreadsSuffice and not AliasedRowsTileHolds.
+// PerCallOnednnThreadsSuffice and not OwnTileNnHolds.
 bool OnednnRuleHolds(const OpKey& key, const DeviceInfo& d) {
   if (!(d.isa & kIsaAvx512) || !(d.threads == 1 || testing::OmpWaitsPassively())) return false;
-  return key.constant_weights || (PerCallOnednnThreadsSuffice(key, d) == 1 && !AliasedRowsTileHolds(key, d));
+  return key.constant_weights || (PerCallOnednnThreadsSuffice(key, d) == 1 && !OwnTileNnHolds(key, d));
 }
 
 // The measured rule for large keys (cpu_kernels.cc, gemm_params.h, gemm_library.h):
@@ -452,11 +455,11 @@ bool OnednnRuleHolds(const OpKey& key, const DeviceInfo& d) {
 // constant-weights keys on an Intel AVX-512 host and for those of less than 80 MFLOP
 // on more than one thread; else
 // oneDNN's matmul on an AVX-512 host where it may use the thread budget, with its
-// weights reordered once for constant-weights keys, and as stored for per-call keys on
-// an AMD host where it runs as many threads as the own rule (through dnnl_sgemm where
-// neither operand is transposed and n > 64, or only B is, with k <= 128), the own 8x32
-// tile for the per-call keys there whose oneDNN threads are fewer or where
-// AliasedRowsTileHolds; OpenBLAS for every other large key.
+// weights reordered once for constant-weights keys, and as stored for per-call keys
+// where it runs as many threads as the own rule (through dnnl_sgemm where neither
+// operand is transposed and n > 64, or only B is, with k <= 128 or, on an Intel host,
+// m >= 512), the own 8x32 tile for the per-call keys where OwnTileNnHolds and, on an AMD host, those whose oneDNN
+// threads are fewer; OpenBLAS for every other large key.
 // Checked on the host, the same host seen as AVX2-only and with one thread, each as an
 // Intel and as an AMD CPU, on wide and narrow keys (ctest runs it again with passive
 // OpenMP waiting: library_rules_with_passive_openmp).
@@ -468,14 +471,17 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
                                            {196, 256, 2304},  {500, 77, 128},  {40, 113, 2374},    {25, 1161, 1469},
                                            {2000, 64, 256},  {20, 4096, 1024}, {29, 2048, 768},   {31, 600, 4000},
                                            {41, 512, 1000},  {47, 3072, 3072}, {20, 511, 4096},   {48, 4096, 4096},
-                                           {31, 1024, 2000}, {32, 1024, 2048}, {24, 1056, 1000},  {24, 1025, 1000}};
+                                           {31, 1024, 2000}, {32, 1024, 2048}, {24, 1056, 1000},  {24, 1025, 1000},
+                                           {64, 1000, 1000}, {64, 1024, 1000}, {65, 1024, 1000},  {60, 64, 1000},
+                                           {60, 65, 1000},   {511, 300, 300},  {512, 300, 300}};
   ForEveryRuleKey(shapes, ShapeClass::kLarge, [&](const OpKey& key, const DeviceInfo& d, const Schedule& s) {
     if (const char* tile = LeastPaddingTile(key, d)) {
       EXPECT_STREQ(s.variant->name, tile) << s.ToString();
       return;
     }
     if (TileRuleHolds(key, d) ||
-        (onednn && (PerCallOnednnThreadsSuffice(key, d) == 0 || AliasedRowsTileHolds(key, d)))) {
+        (onednn && ((PerCallOnednnThreadsSuffice(key, d) == 0 && d.vendor == "AuthenticAMD") ||
+                    OwnTileNnHolds(key, d)))) {
       EXPECT_STREQ(s.variant->name, "cpu_f32_gemm_8x32__avx512") << s.ToString();
       return;
     }
@@ -485,9 +491,11 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
     EXPECT_STREQ(s.variant->name, want) << s.ToString();
     if (!want_onednn) return;
     EXPECT_EQ(s.params[s.variant->ParamIndex("reorder_b")], key.constant_weights ? 1 : 0) << s.ToString();
-    // dnnl_sgemm: per-call nn with n > 64, and per-call nt with rows of B (k floats) of at most 512 B.
-    const bool sgemm = !key.constant_weights && !key.trans_a && d.vendor == "AuthenticAMD" &&
-                       ((!key.trans_b && key.n() > 64) || (key.trans_b && key.k() <= 128));
+    // dnnl_sgemm: per-call nn with n > 64, and per-call nt with rows of B (k floats) of
+    // at most 512 B or, on an Intel host, m of 512 or more.
+    const bool sgemm = !key.constant_weights && !key.trans_a &&
+                       ((!key.trans_b && key.n() > 64) ||
+                        (key.trans_b && (key.k() <= 128 || (d.vendor == "GenuineIntel" && key.m() >= 512))));
     EXPECT_EQ(s.params[s.variant->ParamIndex("api")], sgemm ? 1 : 0) << s.ToString();
   });
 }
@@ -607,7 +615,7 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfSmallKeysFollowsTheMeasuredRule) {
       EXPECT_EQ(std::string_view(s.variant->name).find("_openblas"), std::string_view::npos) << s.ToString();
     }
   });
-  if ((Host().isa & kIsaAvx512) != 0) EXPECT_GT(sgemm, 0);  // the AMD view of the host's one-thread budget
+  if ((Host().isa & kIsaAvx512) != 0) EXPECT_GT(sgemm, 0);  // the host's one-thread budget
 }
 
 }  // namespace

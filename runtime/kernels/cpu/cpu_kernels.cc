@@ -187,7 +187,7 @@ bool GemmLeastPaddingHolds(const OpKey& key, const DeviceInfo& device) {
 bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
   if (v.isa != kIsaAvx512 || (device.isa & kIsaAvx512) == 0) return false;
 #ifdef CLIFFGUARD_WITH_ONEDNN
-  if (!key.constant_weights) return PerCallOwnTileOnAmd(key, device);
+  if (!key.constant_weights) return PerCallOwnTile(key, device);
 #endif
   if (!key.constant_weights) return false;
   if (GemmLeastPaddingHolds(key, device)) return v.config.gemm.mr == GemmLeastPaddingRows(key.m());

@@ -61,11 +61,11 @@ inline constexpr size_t kNumLibraryVariants = 0
 
 inline constexpr int32_t kLibraryBoolValues[] = {0, 1};
 
-// Per-call `nn` keys of the small class on an AMD AVX-512 host: the libraries'
-// share of them (OnednnSmallSgemmFits, OpenblasTinyFits).
-inline bool PerCallSmallNnOnAmd(const OpKey& key, const DeviceInfo& device) {
-  return !key.constant_weights && !key.trans_a && !key.trans_b && device.vendor == kCpuVendorAmd &&
-         (device.isa & kIsaAvx512) != 0 && ShapeClassOf(key) == ShapeClass::kSmall;
+// Per-call `nn` keys of the small class on an AVX-512 host: the libraries' share of
+// them (OnednnSmallSgemmFits, OpenblasTinyFits).
+inline bool PerCallSmallNnOnAvx512(const OpKey& key, const DeviceInfo& device) {
+  return !key.constant_weights && !key.trans_a && !key.trans_b && (device.isa & kIsaAvx512) != 0 &&
+         ShapeClassOf(key) == ShapeClass::kSmall;
 }
 
 #ifdef CLIFFGUARD_WITH_ONEDNN
@@ -97,7 +97,8 @@ Status OnednnCheck(const KernelVariant& v, const OpKey& key, const ParamValues& 
 // 1 without passive OpenMP waiting; reorder_b = 1 for constant weights (reordered
 // once, by the plan), else 0; api = 1 where OnednnSgemmFits.
 void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
-// dnnl_sgemm (api = 1), for per-call keys with A as stored on an AMD host:
+// dnnl_sgemm (api = 1), for per-call keys with A as stored on an AMD host (the first
+// two cases on an Intel host too):
 // - `nn` of the large class with n of at least kOnednnSgemmMinN, in place of the
 //   matmul on B as stored. Measured on Zen 4, paired, per call (bench/RESULTS.md,
 //   "per-call nn keys call dnnl_sgemm"): on the 86 rows this rule gives dnnl_sgemm
@@ -110,13 +111,20 @@ void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInf
 //   more; 1.14-1.40x at k = 512); up to 512 B, on 68 rows (37 shapes drawn with k of 16
 //   to 128, 1 and 2 threads), the matmul took 1.07x dnnl_sgemm's time in geometric
 //   mean (0.87-1.41x, above 1.0 on 53; bench/RESULTS.md, "per-call nt keys with short
-//   rows of B call dnnl_sgemm");
+//   rows of B call dnnl_sgemm"). On the Intel host the matmul took 1.30x and 1.26x
+//   dnnl_sgemm's time (one and two threads) on 21 `nn` shapes with m above 64, and
+//   1.07x and 1.08x on 6 `nt` shapes with k of 64 to 128. With longer rows dnnl_sgemm
+//   took 1.36x the matmul's time at m of 17 to 64 (28 shapes, 1 and 2 threads), 1.14x
+//   at 65 to 256 (13) and 1.02x at 257 to 511 (4), in geometric mean, but 0.95x from m =
+//   kOnednnSgemmNtIntelMinM (9 shapes, 0.76-1.06x), where an Intel host calls it too
+//   ("Intel Xeon ...: per-call keys call oneDNN");
 // - OnednnSkinnySgemmFits: decode steps of kOnednnSgemmMinM to 16 tokens, and
 //   OnednnSmallSgemmFits: keys of the small class, each in place of the own packed
 //   tile, where it is the built-in default too; OnednnSkinnyNtSgemmFits: `nt` decode
 //   steps in place of the own small-m kernel, likewise.
 inline constexpr int64_t kOnednnSgemmMinN = 65;
 inline constexpr int64_t kOnednnSgemmNtMaxRowBytes = 512;
+inline constexpr int64_t kOnednnSgemmNtIntelMinM = 512;
 bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device);
 // Skinny per-call `nn` keys (m from kOnednnSgemmMinM to 16) whose rows of B stay more
 // than kOnednnSgemmAliasMarginBytes away from every multiple of kL1AliasBytes,
@@ -155,54 +163,71 @@ inline constexpr int64_t kOnednnSkinnyNtMaxBBytes = 4 << 20;
 inline constexpr int64_t kOnednnSkinnyNtMinRowBytes = 512;
 bool OnednnSkinnyNtSgemmFits(const OpKey& key, const DeviceInfo& device);
 // Per-call `nn` keys of the small class (m and n above 16, m*n*k at most 2^21) on an
-// AMD AVX-512 host, where oneDNN's fitted threads (one, at this size) are at least the
+// AVX-512 host, where oneDNN's fitted threads (one, at this size) are at least the
 // own rule's. Measured on Zen 4, paired, per call, 30 shapes drawn in the class
 // (bench/RESULTS.md, "per-call small nn keys call dnnl_sgemm"): the own packed tile
 // took 1.27x dnnl_sgemm's time on one thread in geometric mean, 1.05-1.53x, behind
 // on all 59 rows of one- and two-thread budgets that the thread condition keeps (and
 // 1.22x OpenBLAS's, 0.86-1.84x). With B transposed the own tile was level (1.00x).
+// On the Intel host (12 shapes drawn, 23 such rows): 1.14x in geometric mean on both
+// budgets, 0.93-1.26x (bench/RESULTS.md, "Intel Xeon ...: per-call keys call oneDNN").
 // Below kOpenblasTinyMaxFlops OpenBLAS takes them instead where its core runs AVX-512
 // kernels (OpenblasTinyFits).
 bool OnednnSmallSgemmFits(const OpKey& key, const DeviceInfo& device);
-// Per-call keys of the large class on an AMD AVX-512 host where oneDNN may use the
-// thread budget (one thread, or passive OpenMP waiting). Their default by threads:
+// Per-call keys of the large class on an AVX-512 host where oneDNN may use the thread
+// budget (one thread, or passive OpenMP waiting). Their default by threads:
 // - oneDNN where its fitted threads are at least the own rule's (OnednnThreadsSuffice;
 //   ThreadsForWork, what OpenBLAS, the default there before, runs): on Zen 4, paired,
 //   the serving set's 84 large rows (BERT, 7B-class, ResNet-50 as GEMM, both layouts,
 //   1 and 2 threads) took 1.06-2.43x as long on OpenBLAS, and mid-size keys (2.6 to 33
-//   MFLOP) 1.01-1.36x on one thread (bench/RESULTS.md, "... per-call large keys");
-// - the own packed tile below that (GemmPreferredDefault): below about 20 MFLOP on two
-//   threads, where oneDNN fits one thread (kOnednnFlopsPerThread) and the own rule two.
-//   On Zen 4, paired, 30 shapes drawn there (4.6 to 18 MFLOP), both layouts: the fitted
-//   8x32 took 0.82x OpenBLAS's two threads' time in geometric mean (0.59-1.12x, faster
-//   on 51 of 60 rows), and 0.83x (nn) and 0.75x (nt) that of the better of oneDNN's
-//   matmul and dnnl_sgemm on two threads (bench/RESULTS.md, "per-call mid-size keys on
-//   two threads run the own tile").
-// - the own packed tile for `nn` keys (neither operand transposed, n > 64) with m up
-//   to kOwnTileAliasedRowsMaxM whose rows of B are a multiple of kL1AliasBytes. As at
-//   m of 5 to 16 (OnednnSkinnySgemmFits), dnnl_sgemm loses there. On Zen 4, paired,
-//   per call, k = 2048, n = 1024, 3072 and 4096 (rows of 4, 12 and 16 KiB), 1 and 2
-//   threads: the fitted 8x32 took 0.74-0.82x dnnl_sgemm's time at m = 17, 0.81-0.96x
-//   at 20, 0.88-1.02x at 24 and 28, 0.94-1.04x at 32 and 0.96-1.07x at 40; with rows of
-//   11.7 KiB (n = 3000) 1.05-1.27x. On 14 shapes drawn with m of 17 to 31, 0.76-1.01x
-//   on the 22 rows of such rows; rows 36 to 124 B off a multiple were level
-//   (0.97-1.01x) and 100 B short of one behind (1.09-1.12x), so the margin of the
-//   decode rule is not used here. With B in cache the two were level in geometric mean
-//   (0.82-1.33x per shape; bench/RESULTS.md, "per-call nn keys with m of 17 to 31 and
-//   rows of B a multiple of 4 KiB run the own tile").
-// On the Intel host OpenBLAS measured ahead with B as stored ("Large nn ..."), and
-// keeps them; without passive waiting OpenBLAS keeps them too (not measured against
-// the own tile).
+//   MFLOP) 1.01-1.36x on one thread (bench/RESULTS.md, "... per-call large keys").
+//   On the Intel host, paired, per call, 1 and 2 threads, OpenBLAS took 1.17x and
+//   1.22x dnnl_sgemm's time in geometric mean on 21 `nn` shapes with m above 64
+//   (0.99-1.61x), and 1.28x and 1.35x the time of the matmul on B as stored on 38 `nt`
+//   shapes with rows of B above 512 B (0.88-1.87x; bench/RESULTS.md, "Intel Xeon ...:
+//   per-call keys call oneDNN");
+// - below that, on an AMD host, the own packed tile (GemmPreferredDefault): below
+//   about 20 MFLOP on two threads, where oneDNN fits one thread (kOnednnFlopsPerThread)
+//   and the own rule two. On Zen 4, paired, 30 shapes drawn there (4.6 to 18 MFLOP),
+//   both layouts: the fitted 8x32 took 0.82x OpenBLAS's two threads' time in geometric
+//   mean (0.59-1.12x, faster on 51 of 60 rows), and 0.83x (nn) and 0.75x (nt) that of
+//   the better of oneDNN's matmul and dnnl_sgemm on two threads (bench/RESULTS.md,
+//   "per-call mid-size keys on two threads run the own tile"). On an Intel host
+//   OpenBLAS keeps them (not measured against the own tile);
+// - the own packed tile for `nn` keys (neither operand transposed, n > 64) on an AMD
+//   host with m up to kOwnTileAliasedRowsMaxM whose rows of B are a multiple of
+//   kL1AliasBytes. As at m of 5 to 16 (OnednnSkinnySgemmFits), dnnl_sgemm loses there.
+//   On Zen 4, paired, per call, k = 2048, n = 1024, 3072 and 4096 (rows of 4, 12 and
+//   16 KiB), 1 and 2 threads: the fitted 8x32 took 0.74-0.82x dnnl_sgemm's time at m =
+//   17, 0.81-0.96x at 20, 0.88-1.02x at 24 and 28, 0.94-1.04x at 32 and 0.96-1.07x at
+//   40; with rows of 11.7 KiB (n = 3000) 1.05-1.27x. On 14 shapes drawn with m of 17 to
+//   31, 0.76-1.01x on the 22 rows of such rows; rows 36 to 124 B off a multiple were
+//   level (0.97-1.01x) and 100 B short of one behind (1.09-1.12x), so the margin of
+//   the decode rule is not used here. With B in cache the two were level in geometric
+//   mean (0.82-1.33x per shape; bench/RESULTS.md, "per-call nn keys with m of 17 to 31
+//   and rows of B a multiple of 4 KiB run the own tile");
+// - the own packed tile for `nn` keys (n > 64) on an Intel host with m up to
+//   kOwnTileIntelMaxM, and up to kOwnTileIntelAliasedRowsMaxM where rows of B are a
+//   multiple of kL1AliasBytes. On the Intel host, paired, per call, 1 and 2 threads,
+//   the fitted 8x32 took 0.67x dnnl_sgemm's time in geometric mean on 34 rows with m
+//   of 17 to 31 and such rows (0.53-0.76x), 0.81x on 20 with other rows (0.63-0.92x),
+//   and 0.71-0.80x on 8 with m of 32 to 64 and such rows (0.65-1.01x); with other rows
+//   dnnl_sgemm was level at m of 32 to 40 and ahead above (the tile took 1.17x its time
+//   at 41 to 64; bench/RESULTS.md, "Intel Xeon ...: per-call keys call oneDNN").
+// Without passive waiting OpenBLAS keeps them (not measured against the own tile).
 inline constexpr int64_t kOwnTileAliasedRowsMaxM = 31;
-bool PerCallLargeOnAmd(const OpKey& key, const DeviceInfo& device);
+inline constexpr int64_t kOwnTileIntelMaxM = 31;
+inline constexpr int64_t kOwnTileIntelAliasedRowsMaxM = 64;
+bool PerCallLargeOnAvx512(const OpKey& key, const DeviceInfo& device);
 bool OnednnThreadsSuffice(const OpKey& key, const DeviceInfo& device);
-// Where PerCallLargeOnAmd, the keys of the own packed tile (the two cases above).
-bool PerCallOwnTileOnAmd(const OpKey& key, const DeviceInfo& device);
+// Where PerCallLargeOnAvx512, the keys of the own packed tile (the cases above).
+bool PerCallOwnTile(const OpKey& key, const DeviceInfo& device);
 // preferred_default(), on an AVX-512 host where oneDNN may use the thread budget (one
 // thread, or passive OpenMP waiting):
 // - per-call keys where OnednnSkinnySgemmFits, OnednnSkinnyNtSgemmFits or
 //   OnednnSmallSgemmFits;
-// - per-call keys where PerCallLargeOnAmd and not PerCallOwnTileOnAmd;
+// - per-call keys where PerCallLargeOnAvx512 and OnednnThreadsSuffice, and not
+//   PerCallOwnTile;
 // - constant-weights keys with m at least
 // OnednnDefaultMinM, n > 16 and m*n*k > 2^21: the large class, and decode steps of 9
 // to 16 tokens on one thread or with weights of at least 2^21 elements (8 MiB), of 16

@@ -174,10 +174,13 @@ Status RunSgemm(const KernelVariant& self, const GemmArgs& args, int threads) {
                "dnnl_sgemm");
 }
 
-// What both `nn` dnnl_sgemm rules need: a per-call `nn` key on an AMD host, n > 64.
+// What every `nn` dnnl_sgemm rule needs: a per-call `nn` key with n > 64.
+bool PerCallNn(const OpKey& key) {
+  return !key.constant_weights && !key.trans_a && !key.trans_b && key.n() >= kOnednnSgemmMinN;
+}
+// The same on an AMD host (the decode rule, measured there only).
 bool PerCallNnOnAmd(const OpKey& key, const DeviceInfo& device) {
-  return !key.constant_weights && !key.trans_a && !key.trans_b && device.vendor == kCpuVendorAmd &&
-         key.n() >= kOnednnSgemmMinN;
+  return device.vendor == kCpuVendorAmd && PerCallNn(key);
 }
 
 // Where an `nn` key's rows of B (n elements) end within a kL1AliasBytes stride: 0 for
@@ -185,12 +188,13 @@ bool PerCallNnOnAmd(const OpKey& key, const DeviceInfo& device) {
 // rules).
 int64_t RowAliasOffset(const OpKey& key) { return key.n() * int64_t(DTypeSize(key.dtype)) % kL1AliasBytes; }
 
-// The `nt` dnnl_sgemm rule: a per-call large key with only B transposed on an AMD
-// host, rows of B up to kOnednnSgemmNtMaxRowBytes.
-bool PerCallNtShortRowsOnAmd(const OpKey& key, const DeviceInfo& device) {
-  return !key.constant_weights && !key.trans_a && key.trans_b && device.vendor == kCpuVendorAmd &&
-         ShapeClassOf(key) == ShapeClass::kLarge &&
-         key.k() * int64_t(DTypeSize(key.dtype)) <= kOnednnSgemmNtMaxRowBytes;
+// The `nt` dnnl_sgemm rule: a per-call large key with only B transposed, rows of B
+// up to kOnednnSgemmNtMaxRowBytes, or on an Intel host m of kOnednnSgemmNtIntelMinM
+// or more.
+bool PerCallNtSgemm(const OpKey& key, const DeviceInfo& device) {
+  return !key.constant_weights && !key.trans_a && key.trans_b && ShapeClassOf(key) == ShapeClass::kLarge &&
+         (key.k() * int64_t(DTypeSize(key.dtype)) <= kOnednnSgemmNtMaxRowBytes ||
+          (device.vendor == kCpuVendorIntel && key.m() >= kOnednnSgemmNtIntelMinM));
 }
 
 }  // namespace
@@ -223,14 +227,12 @@ bool OnednnSmallSgemmFits(const OpKey& key, const DeviceInfo& device) {
 #ifdef CLIFFGUARD_WITH_OPENBLAS
   if (OpenblasTinyFits(key, device)) return false;
 #endif
-  return PerCallSmallNnOnAmd(key, device) && OnednnThreadsSuffice(key, device);
+  return PerCallSmallNnOnAvx512(key, device) && OnednnThreadsSuffice(key, device);
 }
 
 bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device) {
-  return OnednnSmallSgemmFits(key, device) || PerCallNtShortRowsOnAmd(key, device) ||
-         OnednnSkinnyNtSgemmFits(key, device) ||
-         (PerCallNnOnAmd(key, device) &&
-          (ShapeClassOf(key) == ShapeClass::kLarge || OnednnSkinnySgemmFits(key, device)));
+  return OnednnSmallSgemmFits(key, device) || PerCallNtSgemm(key, device) || OnednnSkinnyNtSgemmFits(key, device) ||
+         (PerCallNn(key) && ShapeClassOf(key) == ShapeClass::kLarge) || OnednnSkinnySgemmFits(key, device);
 }
 
 bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device) {
@@ -250,8 +252,8 @@ bool OnednnSkinnyNtSgemmFits(const OpKey& key, const DeviceInfo& device) {
          key.n() * key.k() * bytes <= kOnednnSkinnyNtMaxBBytes && key.k() * bytes >= kOnednnSkinnyNtMinRowBytes;
 }
 
-bool PerCallLargeOnAmd(const OpKey& key, const DeviceInfo& device) {
-  return !key.constant_weights && device.vendor == kCpuVendorAmd && (device.isa & kIsaAvx512) != 0 &&
+bool PerCallLargeOnAvx512(const OpKey& key, const DeviceInfo& device) {
+  return !key.constant_weights && (device.isa & kIsaAvx512) != 0 &&
          (device.threads == 1 || onednn::OmpWaitsPassively()) && ShapeClassOf(key) == ShapeClass::kLarge;
 }
 
@@ -259,10 +261,13 @@ bool OnednnThreadsSuffice(const OpKey& key, const DeviceInfo& device) {
   return onednn::FittedThreads(key, device) >= ThreadsForWork(key, device);
 }
 
-bool PerCallOwnTileOnAmd(const OpKey& key, const DeviceInfo& device) {
-  if (!PerCallLargeOnAmd(key, device)) return false;
-  return !OnednnThreadsSuffice(key, device) ||
-         (PerCallNnOnAmd(key, device) && key.m() <= kOwnTileAliasedRowsMaxM && RowAliasOffset(key) == 0);
+bool PerCallOwnTile(const OpKey& key, const DeviceInfo& device) {
+  if (!PerCallLargeOnAvx512(key, device)) return false;
+  if (device.vendor == kCpuVendorAmd)
+    return !OnednnThreadsSuffice(key, device) ||
+           (PerCallNn(key) && key.m() <= kOwnTileAliasedRowsMaxM && RowAliasOffset(key) == 0);
+  return OnednnThreadsSuffice(key, device) && PerCallNn(key) &&
+         (key.m() <= kOwnTileIntelMaxM || (key.m() <= kOwnTileIntelAliasedRowsMaxM && RowAliasOffset(key) == 0));
 }
 
 bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
@@ -270,7 +275,7 @@ bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const 
   if (!key.constant_weights)
     return OnednnSkinnySgemmFits(key, device) || OnednnSkinnyNtSgemmFits(key, device) ||
            OnednnSmallSgemmFits(key, device) ||
-           (PerCallLargeOnAmd(key, device) && !PerCallOwnTileOnAmd(key, device));
+           (PerCallLargeOnAvx512(key, device) && OnednnThreadsSuffice(key, device) && !PerCallOwnTile(key, device));
   if (GemmTileDefault(key, device)) return false;  // the own tiles' (gemm_params.h)
   const GemmView g = GemmViewOf(key);
   return g.m >= OnednnDefaultMinM(device.threads, g.n, g.k) && g.n > 16 &&

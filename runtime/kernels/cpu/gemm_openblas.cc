@@ -149,7 +149,7 @@ bool OpenblasPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, cons
 }
 
 bool OpenblasTinyFits(const OpKey& key, const DeviceInfo& device) {
-  return PerCallSmallNnOnAmd(key, device) && key.Flops() < kOpenblasTinyMaxFlops &&
+  return PerCallSmallNnOnAvx512(key, device) && key.Flops() < kOpenblasTinyMaxFlops &&
          (OpenblasCoreIsa(OpenblasCore()) & kIsaAvx512) != 0;
 }
 

@@ -170,7 +170,7 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
 //   0.66-0.78x its time there;
 // - and those above kGemvMaxM that GemmTileDefault gives the own tiles, on the tile
 //   of GemmLeastPaddingRows where GemmLeastPaddingHolds;
-// and per-call keys of PerCallOwnTileOnAmd (gemm_library.h; built with oneDNN).
+// and per-call keys of PerCallOwnTile (gemm_library.h; built with oneDNN).
 inline constexpr int64_t kGemmSmallMTileMinM = 12;
 inline constexpr int64_t kGemmOnePanelMaxM = 14;
 bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
