@@ -126,9 +126,11 @@ inline constexpr int64_t kOnednnSgemmMinN = 65;
 inline constexpr int64_t kOnednnSgemmNtMaxRowBytes = 512;
 inline constexpr int64_t kOnednnSgemmNtIntelMinM = 512;
 bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device);
-// Skinny per-call `nn` keys (m from kOnednnSgemmMinM to 16) whose rows of B stay more
-// than kOnednnSgemmAliasMarginBytes away from every multiple of kL1AliasBytes,
-// with m*n*k above OnednnSkinnySgemmMinWork of the thread budget (one or two threads).
+// Skinny per-call `nn` keys (m from kOnednnSgemmMinM to 16, n > 64) with m*n*k above
+// OnednnSkinnySgemmMinWork of the thread budget (one or two threads): on an AMD host
+// those whose rows of B stay more than kOnednnSgemmAliasMarginBytes away from every
+// multiple of kL1AliasBytes, on an Intel host those whose rows of B are longer than
+// kOnednnSkinnySgemmIntelMinRowBytes.
 // Measured on Zen 4, paired, per call (bench/RESULTS.md, "... decode steps call
 // dnnl_sgemm"): on one thread, 76 rows of m = 5 to 16: on the 44 such rows the own
 // packed tile took 1.11x dnnl_sgemm's time in geometric mean (0.93-1.51x, 1.0 or more
@@ -139,8 +141,14 @@ bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device);
 // sweeps (0.87-1.30x), 1.14x on 20 drawn afresh (1.03-1.39x; "... decode steps of 5
 // to 16 tokens on two threads"). Below kOnednnSgemmMinM the own small-m kernels were
 // ahead; budgets above two threads are not timed.
+// On the Intel host, paired, per call, 22 shapes drawn with m of 5 to 16: the own
+// tile took 1.22x and 1.17x dnnl_sgemm's time (one and two threads) in geometric mean
+// on the 6 with rows of B above 32 KiB (n of 9365 to 13824; 0.91-1.29x), and 0.83x and
+// 0.78x on the 16 with shorter rows (0.61-1.08x; bench/RESULTS.md, "Intel Xeon ...:
+// decode steps with wide weights call dnnl_sgemm").
 inline constexpr int64_t kOnednnSgemmMinM = GemvMaxM(false) + 1;
 inline constexpr int64_t kOnednnSgemmAliasMarginBytes = 128;
+inline constexpr int64_t kOnednnSkinnySgemmIntelMinRowBytes = 32 << 10;
 constexpr double OnednnSkinnySgemmMinWork(int threads) {
   return threads == 1 ? kSmallClassMaxWork : double(int64_t{1} << 24);
 }

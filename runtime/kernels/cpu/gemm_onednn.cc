@@ -178,10 +178,6 @@ Status RunSgemm(const KernelVariant& self, const GemmArgs& args, int threads) {
 bool PerCallNn(const OpKey& key) {
   return !key.constant_weights && !key.trans_a && !key.trans_b && key.n() >= kOnednnSgemmMinN;
 }
-// The same on an AMD host (the decode rule, measured there only).
-bool PerCallNnOnAmd(const OpKey& key, const DeviceInfo& device) {
-  return device.vendor == kCpuVendorAmd && PerCallNn(key);
-}
 
 // Where an `nn` key's rows of B (n elements) end within a kL1AliasBytes stride: 0 for
 // rows a multiple of it, which dnnl_sgemm reads slowly (the decode and aliased-rows
@@ -236,10 +232,12 @@ bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device) {
 }
 
 bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device) {
-  if (!PerCallNnOnAmd(key, device) || device.threads > 2 || key.m() < kOnednnSgemmMinM ||
-      ShapeClassOf(key) != ShapeClass::kSkinny)
+  if (!PerCallNn(key) || device.threads > 2 || key.m() < kOnednnSgemmMinM || ShapeClassOf(key) != ShapeClass::kSkinny)
     return false;
   if (double(key.m()) * double(key.n()) * double(key.k()) <= OnednnSkinnySgemmMinWork(device.threads)) return false;
+  if (device.vendor == kCpuVendorIntel)
+    return key.n() * int64_t(DTypeSize(key.dtype)) > kOnednnSkinnySgemmIntelMinRowBytes;
+  if (device.vendor != kCpuVendorAmd) return false;
   const int64_t r = RowAliasOffset(key);
   return r > kOnednnSgemmAliasMarginBytes && r < kL1AliasBytes - kOnednnSgemmAliasMarginBytes;
 }
