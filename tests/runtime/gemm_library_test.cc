@@ -458,8 +458,8 @@ bool OnednnRuleHolds(const OpKey& key, const DeviceInfo& d) {
 // weights reordered once for constant-weights keys, and as stored for per-call keys
 // where it runs as many threads as the own rule (through dnnl_sgemm where neither
 // operand is transposed and n > 64, or only B is, with k <= 128 or, on an Intel host,
-// m >= 512); the own 8x32 tile for the per-call keys where OwnTileNnHolds and, on an
-// AMD host, those whose oneDNN threads are fewer; OpenBLAS for every other large key.
+// m >= 512); the own 8x32 tile for the per-call keys where OwnTileNnHolds and those
+// whose oneDNN threads are fewer; OpenBLAS for every other large key.
 // Checked on the host, the same host seen as AVX2-only and with one thread, each as an
 // Intel and as an AMD CPU, on wide and narrow keys (ctest runs it again with passive
 // OpenMP waiting: library_rules_with_passive_openmp).
@@ -480,8 +480,7 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
       return;
     }
     if (TileRuleHolds(key, d) ||
-        (onednn && ((PerCallOnednnThreadsSuffice(key, d) == 0 && d.vendor == "AuthenticAMD") ||
-                    OwnTileNnHolds(key, d)))) {
+        (onednn && (PerCallOnednnThreadsSuffice(key, d) == 0 || OwnTileNnHolds(key, d)))) {
       EXPECT_STREQ(s.variant->name, "cpu_f32_gemm_8x32__avx512") << s.ToString();
       return;
     }

@@ -194,14 +194,16 @@ bool OnednnSmallSgemmFits(const OpKey& key, const DeviceInfo& device);
 //   (0.99-1.61x), and 1.28x and 1.35x the time of the matmul on B as stored on 38 `nt`
 //   shapes with rows of B above 512 B (0.88-1.87x; bench/RESULTS.md, "Intel Xeon ...:
 //   per-call keys call oneDNN");
-// - below that, on an AMD host, the own packed tile (GemmPreferredDefault): below
-//   about 20 MFLOP on two threads, where oneDNN fits one thread (kOnednnFlopsPerThread)
-//   and the own rule two. On Zen 4, paired, 30 shapes drawn there (4.6 to 18 MFLOP),
-//   both layouts: the fitted 8x32 took 0.82x OpenBLAS's two threads' time in geometric
-//   mean (0.59-1.12x, faster on 51 of 60 rows), and 0.83x (nn) and 0.75x (nt) that of
-//   the better of oneDNN's matmul and dnnl_sgemm on two threads (bench/RESULTS.md,
-//   "per-call mid-size keys on two threads run the own tile"). On an Intel host
-//   OpenBLAS keeps them (not measured against the own tile);
+// - below that, the own packed tile (GemmPreferredDefault): below about 20 MFLOP on
+//   two threads, where oneDNN fits one thread (kOnednnFlopsPerThread) and the own rule
+//   two. On Zen 4, paired, 30 shapes drawn there (4.6 to 18 MFLOP), both layouts: the
+//   fitted 8x32 took 0.82x OpenBLAS's two threads' time in geometric mean (0.59-1.12x,
+//   faster on 51 of 60 rows), and 0.83x (nn) and 0.75x (nt) that of the better of
+//   oneDNN's matmul and dnnl_sgemm on two threads (bench/RESULTS.md, "per-call
+//   mid-size keys on two threads run the own tile"). On the Intel host, 18 shapes
+//   drawn there: 0.69x OpenBLAS's time (0.51-0.98x, faster on all 36 rows) and 0.73x
+//   that of oneDNN's fitted one thread; on 16 drawn after, OpenBLAS took 1.43x its
+//   time (1.08-1.93x; "Intel Xeon ...: mid-size keys on two threads run the own tile");
 // - the own packed tile for `nn` keys (neither operand transposed, n > 64) on an AMD
 //   host with m up to kOwnTileAliasedRowsMaxM whose rows of B are a multiple of
 //   kL1AliasBytes. As at m of 5 to 16 (OnednnSkinnySgemmFits), dnnl_sgemm loses there.

@@ -261,11 +261,10 @@ bool OnednnThreadsSuffice(const OpKey& key, const DeviceInfo& device) {
 
 bool PerCallOwnTile(const OpKey& key, const DeviceInfo& device) {
   if (!PerCallLargeOnAvx512(key, device)) return false;
-  if (device.vendor == kCpuVendorAmd)
-    return !OnednnThreadsSuffice(key, device) ||
-           (PerCallNn(key) && key.m() <= kOwnTileAliasedRowsMaxM && RowAliasOffset(key) == 0);
-  return OnednnThreadsSuffice(key, device) && PerCallNn(key) &&
-         (key.m() <= kOwnTileIntelMaxM || (key.m() <= kOwnTileIntelAliasedRowsMaxM && RowAliasOffset(key) == 0));
+  if (!OnednnThreadsSuffice(key, device)) return true;
+  if (!PerCallNn(key)) return false;
+  if (device.vendor == kCpuVendorAmd) return key.m() <= kOwnTileAliasedRowsMaxM && RowAliasOffset(key) == 0;
+  return key.m() <= kOwnTileIntelMaxM || (key.m() <= kOwnTileIntelAliasedRowsMaxM && RowAliasOffset(key) == 0);
 }
 
 bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
@@ -273,7 +272,7 @@ bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const 
   if (!key.constant_weights)
     return OnednnSkinnySgemmFits(key, device) || OnednnSkinnyNtSgemmFits(key, device) ||
            OnednnSmallSgemmFits(key, device) ||
-           (PerCallLargeOnAvx512(key, device) && OnednnThreadsSuffice(key, device) && !PerCallOwnTile(key, device));
+           (PerCallLargeOnAvx512(key, device) && !PerCallOwnTile(key, device));
   if (GemmTileDefault(key, device)) return false;  // the own tiles' (gemm_params.h)
   const GemmView g = GemmViewOf(key);
   return g.m >= OnednnDefaultMinM(device.threads, g.n, g.k) && g.n > 16 &&
