@@ -433,13 +433,13 @@ int PerCallOnednnThreadsSuffice(const OpKey& key, const DeviceInfo& d) {
 
 // Per-call `nn` keys of that kind (PerCallOnednnThreadsSuffice not -1) with n > 64:
 // on an AMD host those with m of at most 31 and rows of B (n floats) a multiple of 4
-// KiB, on an Intel host where oneDNN's threads suffice those with m of at most 31, or
-// 64 with such rows, run the own 8x32 tile (PerCallOwnTile), written out here from
-// its rule.
+// KiB, on an Intel host those with m of at most 31, or 64 with such rows, run the own
+// 8x32 tile (PerCallOwnTile), written out here from its rule.
 bool OwnTileNnHolds(const OpKey& key, const DeviceInfo& d) {
   if (PerCallOnednnThreadsSuffice(key, d) == -1 || key.trans_a || key.trans_b || key.n() <= 64) return false;
-  if (d.vendor == "AuthenticAMD") return key.m() <= 31 && key.n() * 4 % 4096 == 0;
-  return PerCallOnednnThreadsSuffice(key, d) == 1 && (key.m() <= 31 || (key.m() <= 64 && key.n() * 4 % 4096 == 0));
+  const bool aliased = key.n() * 4 % 4096 == 0;
+  if (d.vendor == "AuthenticAMD") return key.m() <= 31 && aliased;
+  return key.m() <= 31 || (key.m() <= 64 && aliased);
 }
 
 // oneDNN's device and weights condition: AVX-512 and the thread budget usable (one

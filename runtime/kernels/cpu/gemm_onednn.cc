@@ -179,17 +179,20 @@ bool PerCallNn(const OpKey& key) {
   return !key.constant_weights && !key.trans_a && !key.trans_b && key.n() >= kOnednnSgemmMinN;
 }
 
-// Where an `nn` key's rows of B (n elements) end within a kL1AliasBytes stride: 0 for
-// rows a multiple of it, which dnnl_sgemm reads slowly (the decode and aliased-rows
-// rules).
-int64_t RowAliasOffset(const OpKey& key) { return key.n() * int64_t(DTypeSize(key.dtype)) % kL1AliasBytes; }
+// The bytes of a row of B as stored: n elements, or k with B transposed (what every
+// dnnl_sgemm row rule bounds).
+int64_t RowBytesOfB(const OpKey& key) { return (key.trans_b ? key.k() : key.n()) * int64_t(DTypeSize(key.dtype)); }
+
+// Where an `nn` key's rows of B end within a kL1AliasBytes stride: 0 for rows a
+// multiple of it, which dnnl_sgemm reads slowly (the decode and aliased-rows rules).
+int64_t RowAliasOffset(const OpKey& key) { return RowBytesOfB(key) % kL1AliasBytes; }
 
 // The `nt` dnnl_sgemm rule: a per-call large key with only B transposed, rows of B
 // up to kOnednnSgemmNtMaxRowBytes, or on an Intel host m of kOnednnSgemmNtIntelMinM
 // or more.
 bool PerCallNtSgemm(const OpKey& key, const DeviceInfo& device) {
   return !key.constant_weights && !key.trans_a && key.trans_b && ShapeClassOf(key) == ShapeClass::kLarge &&
-         (key.k() * int64_t(DTypeSize(key.dtype)) <= kOnednnSgemmNtMaxRowBytes ||
+         (RowBytesOfB(key) <= kOnednnSgemmNtMaxRowBytes ||
           (device.vendor == kCpuVendorIntel && key.m() >= kOnednnSgemmNtIntelMinM));
 }
 
@@ -236,7 +239,7 @@ bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device) {
     return false;
   if (double(key.m()) * double(key.n()) * double(key.k()) <= OnednnSkinnySgemmMinWork(device.threads)) return false;
   if (device.vendor == kCpuVendorIntel)
-    return key.n() * int64_t(DTypeSize(key.dtype)) > kOnednnSkinnySgemmIntelMinRowBytes;
+    return RowBytesOfB(key) > kOnednnSkinnySgemmIntelMinRowBytes;
   if (device.vendor != kCpuVendorAmd) return false;
   const int64_t r = RowAliasOffset(key);
   return r > kOnednnSgemmAliasMarginBytes && r < kL1AliasBytes - kOnednnSgemmAliasMarginBytes;
@@ -247,7 +250,7 @@ bool OnednnSkinnyNtSgemmFits(const OpKey& key, const DeviceInfo& device) {
   return !key.constant_weights && !key.trans_a && key.trans_b && device.vendor == kCpuVendorAmd &&
          (device.isa & kIsaAvx512) != 0 && device.threads == 1 && key.m() >= kOnednnSgemmMinM &&
          key.m() <= kOnednnSkinnyNtMaxM && key.m() * key.k() * bytes <= kOnednnSkinnyNtMaxABytes &&
-         key.n() * key.k() * bytes <= kOnednnSkinnyNtMaxBBytes && key.k() * bytes >= kOnednnSkinnyNtMinRowBytes;
+         key.n() * key.k() * bytes <= kOnednnSkinnyNtMaxBBytes && RowBytesOfB(key) >= kOnednnSkinnyNtMinRowBytes;
 }
 
 bool PerCallLargeOnAvx512(const OpKey& key, const DeviceInfo& device) {
