@@ -61,6 +61,8 @@ void EdgeShapes(const KernelVariant& v) {
   const int64_t mr = v.config.gemm.mr, nr = v.config.gemm.nr;
   // Small blocks so that every shape crosses mc, nc and kc boundaries (k % kc != 0).
   const Schedule small = With(v, {{"mc", 2 * mr}, {"kc", 16}, {"nc", 2 * nr}, {"unroll_k", 4}, {"prefetch", 4}});
+  const Schedule small_rows = With(
+      v, {{"mc", 2 * mr}, {"kc", 16}, {"nc", 2 * nr}, {"unroll_k", 4}, {"prefetch", 4}, {"order", cpu::kOrderRowsOfC}});
   const Schedule in_place =
       With(v, {{"mc", mr}, {"kc", 32}, {"nc", nr}, {"unroll_k", 8}, {"prefetch", 0}, {"pack_a", 0}, {"pack_b", 0}});
   for (int64_t m : Unique({1, mr - 1, mr, mr + 1, 2 * mr + 3, 17, 31}))
@@ -69,6 +71,7 @@ void EdgeShapes(const KernelVariant& v) {
         GemmTester t;
         t.shape(m, n, k).seed(static_cast<uint32_t>(m * 10007 + n * 101 + k));
         if (!t.Test(small)) return;
+        if (!t.Test(small_rows)) return;
         if (k == 35 && !t.Test(in_place)) return;
       }
   GemmTester().shape(127, 127, 61).beta(2.5f).Test(small);
@@ -91,9 +94,10 @@ void Transposes(const KernelVariant& v) {
           for (int pack = 0; pack < 4; ++pack) {
             const int pack_a = pack & 1, pack_b = pack >> 1;
             if (tb && !pack_b) continue;  // B read in place needs B not transposed
-            const int par = i++ % 3;
+            const int par = i % 3, order = (i++ / 3) % 2;
             const Schedule s = With(v, {{"mc", 2 * mr}, {"kc", 16}, {"nc", 2 * nr}, {"par", par},
-                                        {"threads", TwoThreads()}, {"pack_a", pack_a}, {"pack_b", pack_b}});
+                                        {"threads", TwoThreads()}, {"pack_a", pack_a}, {"pack_b", pack_b},
+                                        {"order", order}});
             GemmTester t;
             t.shape(sh[0], sh[1], sh[2]).trans_a(ta).trans_b(tb).beta(-0.5f).seed(i);
             if (pad) t.lda_pad(3).ldb_pad(5).ldc_pad(7);
@@ -732,8 +736,8 @@ TEST(CpuGemmTable, InventoryIsConsistent) {
   std::vector<KernelVariant> variants;  // the project's own packed GEMM variants
   for (const auto& v : all.subspan(num_gemv))
     if (!library.count(v.name)) variants.push_back(v);
-  const std::vector<std::string> param_names = {"mc",       "kc",       "nc",     "par",   "threads",
-                                                "unroll_k", "prefetch", "pack_a", "pack_b"};
+  const std::vector<std::string> param_names = {"mc",       "kc",       "nc",     "par",    "threads",
+                                                "unroll_k", "prefetch", "pack_a", "pack_b", "order"};
   for (const auto& v : variants) {
     EXPECT_NE(std::string(v.name).find(std::to_string(v.config.gemm.mr) + "x" + std::to_string(v.config.gemm.nr) + "__"), std::string::npos)
         << v.name;
@@ -930,6 +934,7 @@ TEST(CpuGemmTable, OwnVariantsProposeFittedThenDeepK) {
   const Case cases[] = {{OpKey::Gemm(128, 768, 3072), true},
                         {OpKey::Gemm(1024, 1024, 1024, false, true), true},
                         {OpKey::Gemm(128, 768, 256), true},
+                        {OpKey::Gemm(2048, 2048, 64), true},
                         {OpKey::Gemm(1536, 1000, 2000, false, true), true},
                         {OpKey::Gemm(16, 4096, 4096), false},
                         {OpKey::Gemm(4, 4096, 4096, false, true), false}};
@@ -950,10 +955,15 @@ TEST(CpuGemmTable, OwnVariantsProposeFittedThenDeepK) {
       const Schedule fitted = VariantDefaultSchedule(v, c.key, d);
       EXPECT_EQ(Schedule({&v, proposals[0]}).ToString(), fitted.ToString());
       const bool deeper = tile && c.compute_bound && c.key.k() > fitted.params[cpu::kParamKc];
-      ASSERT_EQ(proposals.size(), deeper ? 2u : 1u) << v.name << " " << c.key.ToString();
+      const bool shallow =
+          tile && std::min<int64_t>(c.key.k(), fitted.params[cpu::kParamKc]) <= cpu::kGemmRowsOrderMaxKc;
+      ASSERT_EQ(proposals.size(), 1u + shallow + deeper) << v.name << " " << c.key.ToString();
       for (const ParamValues& p : proposals) EXPECT_TRUE(CheckSchedule({&v, p}, c.key, d).ok()) << v.name;
+      if (shallow)  // the fitted schedule in the other loop order
+        for (int i = 0; i < cpu::kNumGemmParams; ++i)
+          EXPECT_EQ(proposals[1][i] != fitted.params[i], i == cpu::kParamOrder) << v.name << " param " << i;
       if (!deeper) continue;
-      const ParamValues& p = proposals[1];
+      const ParamValues& p = proposals.back();
       const int mr = v.config.gemm.mr, nr = v.config.gemm.nr;
       EXPECT_EQ(p[cpu::kParamMc], cpu::kGemmDeepKPanels * mr) << v.name;
       EXPECT_EQ(p[cpu::kParamKc], cpu::GemmDeepKc(mr, nr, c.key.m(), c.key.k(), d.l2_bytes)) << v.name;
@@ -970,6 +980,47 @@ TEST(CpuGemmTable, OwnVariantsProposeFittedThenDeepK) {
   }
   if (deep == 0) GTEST_SKIP() << "this build has no AVX-512 GEMM variants";
   EXPECT_GT(silent, 0);
+}
+
+// The fitted loop order (GemmRowsOrderFits): rows of C outer on an Intel AVX-512 host
+// where the first depth block is at most kGemmRowsOrderMaxKc deep, its B block fits in
+// half of L2 and C does not fit in L2; panels of B everywhere else.
+TEST(CpuGemmTable, RowsOfCOrderFollowsTheMeasuredRule) {
+  DeviceInfo intel = Host();
+  intel.isa = kIsaScalar | kIsaAvx2 | kIsaAvx512;
+  intel.vendor = kCpuVendorIntel;
+  intel.l2_bytes = int64_t{2} << 20;
+  DeviceInfo amd = intel, no_l2 = intel, avx2 = intel;
+  amd.vendor = kCpuVendorAmd;
+  no_l2.l2_bytes = 0;
+  avx2.isa = kIsaScalar | kIsaAvx2;
+  struct Case {
+    int64_t m, n, k;
+    int32_t kc;
+    bool rows;
+  };
+  const Case cases[] = {
+      {2634, 2048, 16, 384, true},   {1568, 2048, 128, 384, true},  // B block 1 MiB, half of L2
+      {1568, 2048, 129, 384, false},                                 // beyond half
+      {2662, 512, 256, 384, true},   {2662, 512, 257, 384, false},  // first block deeper than 256
+      {2662, 512, 400, 384, false},  {2662, 512, 400, 128, true},   // first block kc deep
+      {256, 2048, 64, 384, false},                                   // C 2 MiB, within L2
+      {257, 2048, 64, 384, true},    {44, 3072, 128, 384, false},
+  };
+  for (const Case& c : cases) {
+    for (const bool tb : {false, true}) {
+      const OpKey key = OpKey::Gemm(c.m, c.n, c.k, false, tb);
+      EXPECT_EQ(cpu::GemmRowsOrderFits(key, c.kc, 2048, intel), c.rows) << key.ToString() << " kc=" << c.kc;
+      for (const DeviceInfo* d : {&amd, &no_l2, &avx2}) EXPECT_FALSE(cpu::GemmRowsOrderFits(key, c.kc, 2048, *d));
+    }
+  }
+  const KernelVariant* v = FindKernelVariant("cpu_f32_gemm_8x32__avx512");
+  if (v == nullptr) GTEST_SKIP() << "this build has no AVX-512 GEMM variants";
+  OpKey shallow = OpKey::Gemm(2634, 2048, 16), deep = OpKey::Gemm(2634, 2048, 384);
+  shallow.constant_weights = deep.constant_weights = true;
+  EXPECT_EQ(VariantDefaultSchedule(*v, shallow, intel).params[cpu::kParamOrder], cpu::kOrderRowsOfC);
+  EXPECT_EQ(VariantDefaultSchedule(*v, shallow, amd).params[cpu::kParamOrder], cpu::kOrderPanelsOfB);
+  EXPECT_EQ(VariantDefaultSchedule(*v, deep, intel).params[cpu::kParamOrder], cpu::kOrderPanelsOfB);
 }
 
 // The next B panel's prefetch (and then, for SpreadPrefetchWalk, the next A block's

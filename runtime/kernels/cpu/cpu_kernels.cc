@@ -104,13 +104,20 @@ std::vector<ParamValues> GemmCandidates(const KernelVariant& v, const OpKey& key
   const bool narrower_isa = (device.isa & ~((v.isa << 1) - 1)) != 0;
   if (compute_bound && narrower_isa) return {};
   std::vector<ParamValues> out = OwnDefaultCandidates(v, key, device);
-  if (out.empty() || !compute_bound) return out;
+  if (out.empty()) return out;
+  if (std::min<int64_t>(key.k(), out[0][kParamKc]) <= kGemmRowsOrderMaxKc) {
+    ParamValues other = out[0];
+    other[kParamOrder] = other[kParamOrder] == kOrderRowsOfC ? kOrderPanelsOfB : kOrderRowsOfC;
+    out.push_back(other);
+  }
+  if (!compute_bound) return out;
   const GemmConfig& tile = v.config.gemm;
   const int32_t kc = GemmDeepKc(tile.mr, tile.nr, key.m(), key.k(), device.l2_bytes);
   if (key.k() > out[0][kParamKc] && kc > out[0][kParamKc]) {
     ParamValues deep = out[0];
     deep[kParamMc] = kGemmDeepKPanels * tile.mr;
     deep[kParamKc] = kc;
+    deep[kParamOrder] = GemmRowsOrderFits(key, kc, deep[kParamNc], device) ? kOrderRowsOfC : kOrderPanelsOfB;
     out.push_back(deep);
   }
   return out;
@@ -171,6 +178,15 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
              key.n() * int64_t(DTypeSize(key.dtype)) < kInPlaceBMaxRowBytes) {
     p[kParamPackB] = 0;
   }
+  if (GemmRowsOrderFits(key, p[kParamKc], p[kParamNc], device)) p[kParamOrder] = kOrderRowsOfC;
+}
+
+bool GemmRowsOrderFits(const OpKey& key, int32_t kc, int32_t nc, const DeviceInfo& device) {
+  if (device.vendor != kCpuVendorIntel || (device.isa & kIsaAvx512) == 0 || device.l2_bytes <= 0) return false;
+  const double bytes = DTypeSize(key.dtype), depth = double(std::min<int64_t>(key.k(), kc));
+  const double b_block = depth * double(std::min<int64_t>(key.n(), nc)) * bytes;
+  const double c = double(key.m()) * double(key.n()) * bytes;
+  return depth <= kGemmRowsOrderMaxKc && b_block <= double(device.l2_bytes) / 2 && c > double(device.l2_bytes);
 }
 
 bool GemmTileDefault(const OpKey& key, const DeviceInfo& device) {

@@ -324,10 +324,13 @@ int64_t NextASourceLines(const Ctx& c, int64_t ic, int64_t pc, int64_t jc, int64
   return lines;
 }
 
-// Micro-kernel loops over B panels [q0, q1) and all A panels of one block. The panel
-// after each (q + 1, then `after` for the last) is prefetched into L2 over the
-// micro-kernel calls of the one before it, and the `next_a_lines` of `next_a` (the
-// source of the A block packed next) over all the block's calls.
+// Micro-kernel loops over B panels [q0, q1) and all A panels of one block, in the
+// schedule's `order`. Panels of B outer (kOrderPanelsOfB): the panel after each
+// (q + 1, then `after` for the last) is prefetched into L2 over the micro-kernel
+// calls of the one before it. Rows of C outer (kOrderRowsOfC): each A panel runs
+// against the block's B panels left to right, without that prefetch. Both spread
+// the `next_a_lines` of `next_a` (the source of the A block packed next) over all
+// the block's calls.
 void ComputeBlock(const Ctx& c, const AView& av, const BView& bv, int64_t ic, int64_t mcb, int64_t jc, int64_t ncb,
                   int64_t kcb, float beta, int64_t q0, int64_t q1, Panel after, UkLines next_a,
                   int64_t next_a_lines) {
@@ -343,28 +346,42 @@ void ComputeBlock(const Ctx& c, const AView& av, const BView& bv, int64_t ic, in
   u.next_a = &next_a;
   const int64_t rpanels = CeilDiv(mcb, c.mr);
   const int64_t a_per_call = CeilDiv(next_a_lines, std::max<int64_t>(1, (q1 - q0) * rpanels));
-  for (int64_t q = q0; q < q1; ++q) {
+  const auto panel_of_b = [&](int64_t q) {
     u.n = static_cast<int>(std::min<int64_t>(c.nr, ncb - q * c.nr));
-    if (q == bv.edge_q) {
-      u.b = bv.edge;
-      u.b_ks = c.nr;
-    } else {
-      u.b = bv.base + q * bv.panel_stride;
-      u.b_ks = bv.ks;
+    u.b = q == bv.edge_q ? bv.edge : bv.base + q * bv.panel_stride;
+    u.b_ks = q == bv.edge_q ? c.nr : bv.ks;
+  };
+  const auto panel_of_a = [&](int64_t r) {
+    u.m = static_cast<int>(std::min<int64_t>(c.mr, mcb - r * c.mr));
+    u.a = av.base + r * av.panel_stride;
+  };
+  const auto call = [&](int64_t r, int64_t q) {
+    u.c = c.c + (ic + r * c.mr) * c.ldc + jc + q * c.nr;
+    u.next_a_lines = std::min(a_per_call, next_a_lines);
+    next_a_lines -= u.next_a_lines;
+    c.uk(u);
+  };
+  if (c.blk.order == kOrderRowsOfC) {
+    u.next_b_lines = 0;
+    for (int64_t r = 0; r < rpanels; ++r) {
+      panel_of_a(r);
+      for (int64_t q = q0; q < q1; ++q) {
+        panel_of_b(q);
+        call(r, q);
+      }
     }
-    float* cq = c.c + ic * c.ldc + jc + q * c.nr;
+    return;
+  }
+  for (int64_t q = q0; q < q1; ++q) {
+    panel_of_b(q);
     Panel next{};
     if (c.blk.prefetch_next) next = q + 1 < q1 ? ViewPanel(c, bv, q + 1, kcb) : after;
     for (int64_t r = 0; r < rpanels; ++r) {
-      u.m = static_cast<int>(std::min<int64_t>(c.mr, mcb - r * c.mr));
-      u.a = av.base + r * av.panel_stride;
-      u.c = cq + r * c.mr * c.ldc;
+      panel_of_a(r);
       const int64_t l0 = next.lines * r / rpanels, l1 = next.lines * (r + 1) / rpanels;
       u.next_b = reinterpret_cast<const char*>(next.base) + l0 * 64;
       u.next_b_lines = l1 - l0;
-      u.next_a_lines = std::min(a_per_call, next_a_lines);
-      next_a_lines -= u.next_a_lines;
-      c.uk(u);
+      call(r, q);
     }
   }
 }
@@ -516,6 +533,7 @@ GemmBlocking BlockingFromParams(const ParamValues& p) {
   b.prefetch = p[kParamPrefetch];
   b.pack_a = p[kParamPackA] != 0;
   b.pack_b = p[kParamPackB] != 0;
+  b.order = p[kParamOrder];
   b.prefetch_next = true;
   b.prefetch_next_a = true;
   return b;

@@ -30,6 +30,7 @@ struct GemmBlocking {
   int prefetch;        // prefetch distance in k iterations, 0 = off
   bool pack_a;         // false: A read in place by the micro-kernel
   bool pack_b;         // false: B read in place (only when not transposed)
+  int order = 0;       // GemmOrder: the loop over a block's micro-tiles
   // With B packed ahead (GemmArgs::packed_b): each next B panel is prefetched into L2
   // while the one before it runs, for weights that come from memory cold, as a
   // layer's do between calls (bench/RESULTS.md: own schedules 1.06-1.35x faster against oneDNN on 1 and 2 threads). Off

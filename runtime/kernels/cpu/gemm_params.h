@@ -2,9 +2,9 @@
 // variant declares the same parameters in the same order (GemmParam below); mc
 // and nc lists are per variant (multiples of its mr / nr), the
 // others are shared. The tuner builds its search space from these lists:
-// 14 * 16 * 14 (mc, kc, nc) * 3 (par) * 7 (threads) * 4 (unroll_k) * 5 (prefetch)
-// * 2 * 2 (pack_a, pack_b) = 5.3e6 schedules per variant and shape before the
-// threads <= device.threads constraint (1.5e6 on a 2-thread device).
+// 14 * 16 * 14 (mc, kc, nc) * 3 (par) * 28 (threads) * 4 (unroll_k) * 5 (prefetch)
+// * 2 * 2 * 2 (pack_a, pack_b, order) = 42e6 schedules per variant and shape before
+// the threads <= device.threads constraint (3.0e6 on a 2-thread device).
 #pragma once
 
 #include <cstdint>
@@ -27,11 +27,18 @@ enum GemmParam : int {
   kParamPrefetch,
   kParamPackA,
   kParamPackB,
+  kParamOrder,
   kNumGemmParams,
 };
 
 // Values of `par`: which loop is split across threads.
 enum GemmPar : int { kParN = 0, kParM = 1, kParMicroPanels = 2 };
+// Values of `order`: the loop over a block's micro-tiles. Panels of B outer (BLIS's
+// jr, then ir): each B micro-panel stays in L1 for every A panel of the block, and
+// C is written a column strip of mc rows at a time. Rows of C outer: each A panel
+// stays in L1 for every B micro-panel of the block (read from L2), and C is written
+// an mr-row panel at a time, left to right.
+enum GemmOrder : int { kOrderPanelsOfB = 0, kOrderRowsOfC = 1 };
 
 // Multipliers of mr (for mc) and nr (for nc).
 inline constexpr int32_t kGemmBlockMultipliers[] = {1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64};
@@ -81,6 +88,9 @@ struct GemmParamSet {
       {"prefetch", kGemmPrefetchValues, 0, "software prefetch distance of A and B in k iterations; 0 = off"},
       {"pack_a", kGemmBoolValues, 1, "1 = pack A blocks into mr-tall panels; 0 = micro-kernel reads A in place"},
       {"pack_b", kGemmBoolValues, 1, "1 = pack B blocks into nr-wide panels; 0 = read B in place (needs B not transposed)"},
+      {"order", kGemmBoolValues, kOrderPanelsOfB,
+       "micro-tiles of a block: 0 = each B micro-panel against every A panel; 1 = each A panel against every B "
+       "micro-panel (C written row panel by row panel)"},
   };
 };
 
@@ -109,11 +119,13 @@ std::vector<int32_t> ThreadCountCandidates(const DeviceInfo& device, int32_t fir
 int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device);
 
 // candidates(): what the tuner measures first for a key, beside the search. Every
-// vector variant proposes its fitted default; on compute-bound keys (m of at least
-// kGemmComputeBoundMinM) whose k is deeper than the fitted kc, the variants of the
-// host's widest ISA also propose the deep-k blocking (mc = kGemmDeepKPanels mr, kc
-// from GemmDeepKc: fewer passes over C), and those of a narrower ISA propose nothing
-// (half the FMA width; none of them won such a key in four serving-table tunings).
+// vector variant proposes its fitted default, the tile variants (after it) also in
+// the other `order` where its first depth block is at most kGemmRowsOrderMaxKc deep;
+// on compute-bound keys (m of at least kGemmComputeBoundMinM) whose k is deeper than
+// the fitted kc, the variants of the host's widest ISA also propose the deep-k
+// blocking (mc = kGemmDeepKPanels mr, kc from GemmDeepKc: fewer passes over C), and
+// those of a narrower ISA propose nothing (half the FMA width; none of them won such
+// a key in four serving-table tunings).
 // Measured on the Intel AVX-512 host (bench/RESULTS.md, "Large `nn` at the FMA
 // peak"): the 14x32 tile with mc = 56 and kc = 1024 took 0.92-1.00x the time of its
 // fitted blocking and 0.78-1.04x oneDNN's on seven constant-weights keys with m of
@@ -136,6 +148,24 @@ inline constexpr int32_t kGemmOnePassMaxKc = 2048;
 int32_t GemmDeepKc(int mr, int nr, int64_t m, int64_t k, int64_t l2_bytes);
 std::vector<ParamValues> GemmCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 
+// The fitted `order` on an Intel AVX-512 host: rows of C outer where the key's first
+// depth block (min(k, kc)) is at most kGemmRowsOrderMaxKc deep, its B block (that
+// depth by min(n, nc) columns) fits in half of L2, and C does not fit in L2. There
+// writing C dominates, and a strip of mc rows spreads each B panel's stores over mc
+// pages. On the Intel Xeon (family 6 model 167, L2 2 MiB), constant weights from
+// memory, the fitted 8x32, 1 and 2 threads, the same binary with each order in
+// alternate runs (bench/RESULTS.md, "... rows of C outer at shallow depth"): panels of
+// B took 2.4-3.1x the time at k = 16, 1.7-2.3x at 32, 0.95-1.7x at 48 to 96, 1.0-1.2x
+// at 128 and 0.97-1.04x at 256 on keys the rule takes; with the B block beyond half
+// of L2, rows of C took up to 1.2x more (8x32), up to 2.2x (6x64), and from a depth
+// of 320 up to 1.9x; with C within L2 (44 x 3072 x 128) 1.4x. On 8 shapes drawn after
+// (the rule's keys among 20), panels of B took 1.23x the time in geometric mean on one
+// thread (0.98-1.77x) and 1.24x on two (0.95-2.00x). AMD hosts keep panels of B (not
+// measured there); the tile variants propose both orders to the tuner
+// (GemmCandidates) where the first depth block is at most kGemmRowsOrderMaxKc deep.
+inline constexpr int32_t kGemmRowsOrderMaxKc = 256;
+bool GemmRowsOrderFits(const OpKey& key, int32_t kc, int32_t nc, const DeviceInfo& device);
+
 // check(): mc % mr, nc % nr, threads <= device.threads, pack_b=0 only without trans_b.
 Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
 // fit_defaults(): threads from the shape's work and the device budget, and for keys
@@ -148,7 +178,7 @@ Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p,
 // 0.72-1.00x the time of the N split at m >= n, 29 of 30 rows below 0.98, geometric
 // mean 0.87; at m < n 0.86-1.27x; bench/RESULTS.md, "the own tiles for mid-size keys
 // on more threads"); pack_b = 0 for short M (B is then streamed once, packing it
-// would cost more than it saves) unless B is transposed.
+// would cost more than it saves) unless B is transposed; order by GemmRowsOrderFits.
 void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
 // preferred_default(): for the AVX-512 tiles of an AVX-512 host (the first in the
 // table, 8x32, takes them), constant-weights keys
