@@ -442,12 +442,26 @@ bool OwnTileNnHolds(const OpKey& key, const DeviceInfo& d) {
   return key.m() <= 31 || (key.m() <= 64 && aliased);
 }
 
+// Per-call keys on an Intel host where PerCallOnednnThreadsSuffice whose fitted 8x32
+// writes C rows first (first depth block min(k, 384) at most 256 deep, that depth by
+// min(n, 2048) columns of B within half of L2, C beyond L2), A not transposed, and B
+// transposed or n above 512, run the own 8x32 tile, written out here from its rule.
+bool ShallowOwnTileHolds(const OpKey& key, const DeviceInfo& d) {
+  if (PerCallOnednnThreadsSuffice(key, d) != 1 || d.vendor != "GenuineIntel" || key.trans_a ||
+      (!key.trans_b && key.n() <= 512) || d.l2_bytes <= 0)
+    return false;
+  const int64_t depth = std::min<int64_t>(key.k(), 384);
+  return depth <= 256 && depth * std::min<int64_t>(key.n(), 2048) * 4 <= d.l2_bytes / 2 &&
+         key.m() * key.n() * 4 > d.l2_bytes;
+}
+
 // oneDNN's device and weights condition: AVX-512 and the thread budget usable (one
 // thread, or passive OpenMP waiting); constant weights, or per-call weights where
 // PerCallOnednnThreadsSuffice and not OwnTileNnHolds.
 bool OnednnRuleHolds(const OpKey& key, const DeviceInfo& d) {
   if (!(d.isa & kIsaAvx512) || !(d.threads == 1 || testing::OmpWaitsPassively())) return false;
-  return key.constant_weights || (PerCallOnednnThreadsSuffice(key, d) == 1 && !OwnTileNnHolds(key, d));
+  return key.constant_weights ||
+         (PerCallOnednnThreadsSuffice(key, d) == 1 && !OwnTileNnHolds(key, d) && !ShallowOwnTileHolds(key, d));
 }
 
 // The measured rule for large keys (cpu_kernels.cc, gemm_params.h, gemm_library.h):
@@ -458,8 +472,9 @@ bool OnednnRuleHolds(const OpKey& key, const DeviceInfo& d) {
 // weights reordered once for constant-weights keys, and as stored for per-call keys
 // where it runs as many threads as the own rule (through dnnl_sgemm where neither
 // operand is transposed and n > 64, or only B is, with k <= 128 or, on an Intel host,
-// m >= 512); the own 8x32 tile for the per-call keys where OwnTileNnHolds and those
-// whose oneDNN threads are fewer; OpenBLAS for every other large key.
+// m >= 512); the own 8x32 tile for the per-call keys where OwnTileNnHolds or
+// ShallowOwnTileHolds and those whose oneDNN threads are fewer; OpenBLAS for every
+// other large key.
 // Checked on the host, the same host seen as AVX2-only and with one thread, each as an
 // Intel and as an AMD CPU, on wide and narrow keys (ctest runs it again with passive
 // OpenMP waiting: library_rules_with_passive_openmp).
@@ -473,14 +488,17 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
                                            {41, 512, 1000},  {47, 3072, 3072}, {20, 511, 4096},   {48, 4096, 4096},
                                            {31, 1024, 2000}, {32, 1024, 2048}, {24, 1056, 1000},  {24, 1025, 1000},
                                            {64, 1000, 1000}, {64, 1024, 1000}, {65, 1024, 1000},  {60, 64, 1000},
-                                           {60, 65, 1000},   {511, 300, 300},  {512, 300, 300}};
+                                           {60, 65, 1000},   {511, 300, 300},  {512, 300, 300},
+                                           {3136, 513, 64},  {1024, 1024, 256}, {1024, 1024, 257}, {1024, 1025, 256},
+                                           {513, 1024, 64},  {511, 1024, 64}};
   ForEveryRuleKey(shapes, ShapeClass::kLarge, [&](const OpKey& key, const DeviceInfo& d, const Schedule& s) {
     if (const char* tile = LeastPaddingTile(key, d)) {
       EXPECT_STREQ(s.variant->name, tile) << s.ToString();
       return;
     }
     if (TileRuleHolds(key, d) ||
-        (onednn && (PerCallOnednnThreadsSuffice(key, d) == 0 || OwnTileNnHolds(key, d)))) {
+        (onednn &&
+         (PerCallOnednnThreadsSuffice(key, d) == 0 || OwnTileNnHolds(key, d) || ShallowOwnTileHolds(key, d)))) {
       EXPECT_STREQ(s.variant->name, "cpu_f32_gemm_8x32__avx512") << s.ToString();
       return;
     }

@@ -223,8 +223,21 @@ bool OnednnSmallSgemmFits(const OpKey& key, const DeviceInfo& device);
 //   of 17 to 31 and such rows (0.53-0.76x), 0.81x on 20 with other rows (0.63-0.92x),
 //   and 0.71-0.80x on 8 with m of 32 to 64 and such rows (0.65-1.01x); with other rows
 //   dnnl_sgemm was level at m of 32 to 40 and ahead above (the tile took 1.17x its time
-//   at 41 to 64; bench/RESULTS.md, "Intel Xeon ...: per-call keys call oneDNN").
+//   at 41 to 64; bench/RESULTS.md, "Intel Xeon ...: per-call keys call oneDNN");
+// - the own packed tile on an Intel host for keys where its fitted blocking writes C
+//   rows first (GemmRowsOrderFits: shallow depth blocks, C beyond L2), `nt` keys and
+//   `nn` keys with n above kOwnTileShallowNnMinN. There oneDNN, like the old order,
+//   loses time writing C. On the Intel host, paired, per call, 1 and 2 threads, 22
+//   shapes drawn (12 attention-score shapes of 512 to 4096 square by 32 to 128 deep,
+//   10 with k of 16 to 256): on the 15 the order rule takes, the default (oneDNN) took
+//   1.19-1.48x the tile's time in geometric mean per layout and thread count
+//   (0.92-2.85x), the better library 1.15-1.33x; below 0.97x only `nn` at n of 429
+//   to 512 (0.92-0.96x) and one row at 4096 x 2298 x 32 (0.93x). On 14 such shapes
+//   drawn after, oneDNN took 1.43-1.52x the tile's time (1.04-2.79x), the better
+//   library 1.23-1.36x (one row of 54 below 1.0x, at 0.95x; bench/RESULTS.md, "Intel
+//   Xeon ...: per-call keys with shallow depth run the own tile").
 // Without passive waiting OpenBLAS keeps them (not measured against the own tile).
+inline constexpr int64_t kOwnTileShallowNnMinN = 512;
 inline constexpr int64_t kOwnTileAliasedRowsMaxM = 31;
 inline constexpr int64_t kOwnTileIntelMaxM = 31;
 inline constexpr int64_t kOwnTileIntelAliasedRowsMaxM = 64;
