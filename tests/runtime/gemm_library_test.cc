@@ -395,12 +395,24 @@ void ForEveryRuleKey(std::span<const std::array<int64_t, 3>> shapes, ShapeClass 
       }
 }
 
+// Where the fitted 8x32 writes C rows first on an Intel AVX-512 host: its first
+// depth block min(k, 384) at most 256 deep, that depth by min(n, 2048) columns of B
+// within half of L2, and C beyond L2, written out here from GemmRowsOrderFits.
+bool RowsFirstHolds(const OpKey& key, const DeviceInfo& d) {
+  if (d.vendor != "GenuineIntel" || !(d.isa & kIsaAvx512) || d.l2_bytes <= 0) return false;
+  const int64_t depth = std::min<int64_t>(key.k(), 384);
+  return depth <= 256 && depth * std::min<int64_t>(key.n(), 2048) * 4 <= d.l2_bytes / 2 &&
+         key.m() * key.n() * 4 > d.l2_bytes;
+}
+
 // The own tiles' share of the large class (GemmTileDefault): constant weights, m
-// above 16, on an AVX-512 host, with n of 512 or more on an Intel host, or with less
-// than 80 MFLOP of work on more than one thread.
+// above 16, on an AVX-512 host, with n of 512 or more on an Intel host (256 or more
+// with k of at most 96 where RowsFirstHolds), or with less than 80 MFLOP of work on
+// more than one thread.
 bool TileRuleHolds(const OpKey& key, const DeviceInfo& d) {
   if (!key.constant_weights || !(d.isa & kIsaAvx512) || key.m() <= 16) return false;
-  return (d.vendor == "GenuineIntel" && key.n() >= 512) || (d.threads > 1 && key.Flops() < 80e6);
+  return (d.vendor == "GenuineIntel" && (key.n() >= 512 || (key.n() >= 256 && key.k() <= 96 && RowsFirstHolds(key, d)))) ||
+         (d.threads > 1 && key.Flops() < 80e6);
 }
 
 // Its AMD share by m (GemmLeastPaddingHolds): constant weights, m of 17 to 47 and n of
@@ -442,17 +454,12 @@ bool OwnTileNnHolds(const OpKey& key, const DeviceInfo& d) {
   return key.m() <= 31 || (key.m() <= 64 && aliased);
 }
 
-// Per-call keys on an Intel host where PerCallOnednnThreadsSuffice whose fitted 8x32
-// writes C rows first (first depth block min(k, 384) at most 256 deep, that depth by
-// min(n, 2048) columns of B within half of L2, C beyond L2), A not transposed, and B
-// transposed or n above 512, run the own 8x32 tile, written out here from its rule.
+// Per-call keys on an Intel host where PerCallOnednnThreadsSuffice and RowsFirstHolds,
+// A not transposed, and B transposed or n above 512, run the own 8x32 tile, written
+// out here from its rule.
 bool ShallowOwnTileHolds(const OpKey& key, const DeviceInfo& d) {
-  if (PerCallOnednnThreadsSuffice(key, d) != 1 || d.vendor != "GenuineIntel" || key.trans_a ||
-      (!key.trans_b && key.n() <= 512) || d.l2_bytes <= 0)
-    return false;
-  const int64_t depth = std::min<int64_t>(key.k(), 384);
-  return depth <= 256 && depth * std::min<int64_t>(key.n(), 2048) * 4 <= d.l2_bytes / 2 &&
-         key.m() * key.n() * 4 > d.l2_bytes;
+  return PerCallOnednnThreadsSuffice(key, d) == 1 && !key.trans_a && (key.trans_b || key.n() > 512) &&
+         RowsFirstHolds(key, d);
 }
 
 // oneDNN's device and weights condition: AVX-512 and the thread budget usable (one
@@ -490,7 +497,8 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
                                            {64, 1000, 1000}, {64, 1024, 1000}, {65, 1024, 1000},  {60, 64, 1000},
                                            {60, 65, 1000},   {511, 300, 300},  {512, 300, 300},
                                            {3136, 513, 64},  {1024, 1024, 256}, {1024, 1024, 257}, {1024, 1025, 256},
-                                           {513, 1024, 64},  {511, 1024, 64}};
+                                           {513, 1024, 64},  {511, 1024, 64},   {3136, 256, 64},   {3136, 255, 64},
+                                           {2048, 256, 64},  {2049, 256, 64},   {3136, 256, 96},   {3136, 256, 97}};
   ForEveryRuleKey(shapes, ShapeClass::kLarge, [&](const OpKey& key, const DeviceInfo& d, const Schedule& s) {
     if (const char* tile = LeastPaddingTile(key, d)) {
       EXPECT_STREQ(s.variant->name, tile) << s.ToString();

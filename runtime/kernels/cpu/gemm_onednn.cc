@@ -18,10 +18,6 @@ using dnnl::memory;
 using Dims = memory::dims;
 using onednn::Check;
 
-// The columns of a micro-tile of the own tile that takes PerCallOwnTile keys (the 8x32,
-// first among the AVX-512 tiles), whose fitted kc and nc GemmRowsOrderFits is given.
-constexpr int kOwnTileNr = 32;
-
 // What a cached primitive was created for: every value that changes the primitive.
 struct PrimKey {
   int64_t m, n, k, lda, ldb, ldc;  // ldb = 0 when B is packed (the packed layout fixes it)
@@ -270,7 +266,7 @@ bool PerCallOwnTile(const OpKey& key, const DeviceInfo& device) {
   if (!PerCallLargeOnAvx512(key, device)) return false;
   if (!OnednnThreadsSuffice(key, device)) return true;
   if (!key.trans_a && (key.trans_b || key.n() > kOwnTileShallowNnMinN) &&
-      GemmRowsOrderFits(key, GemmDefaultKc(kOwnTileNr), GemmDefaultNc(kOwnTileNr), device))
+      GemmRowsOrderFits(key, GemmDefaultKc(kGemmDefaultTileNr), GemmDefaultNc(kGemmDefaultTileNr), device))
     return true;
   if (!PerCallNn(key)) return false;
   if (device.vendor == kCpuVendorAmd) return key.m() <= kOwnTileAliasedRowsMaxM && RowAliasOffset(key) == 0;

@@ -214,6 +214,17 @@ bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const Device
 //   256-bit units) 0.94-1.16x, 18 of 68, where oneDNN stays the default. ResNet-50's
 //   narrower layers (n of 64 to 256) ran at 0.49-0.96x on the Intel host and keep
 //   oneDNN.
+// - keys with n of at least kGemmRowsOrderDefaultMinN and k of at most
+//   kGemmRowsOrderDefaultMaxK on an Intel host where the fitted 8x32 writes C rows
+//   first (GemmRowsOrderFits: C beyond L2). On the Intel host, paired, weights from
+//   memory, 1 and 2 threads, oneDNN's matmul (weights reordered once) took 1.01-1.56x
+//   the tile's time on 6 drawn shapes with n of 256 to 472 and k of 32 to 86, and
+//   0.98-1.15x at k of 128 to 178 (3 shapes); at n of 64 and 128 (5 shapes)
+//   0.89-1.11x. On 12 drawn after, 1.17-1.88x at k of 19 to 64 (8 shapes) and
+//   0.79-1.12x at 128 and 147 (4), which set the bound on k; on 8 drawn after that (k
+//   of 25 to 91) 1.27-1.42x in geometric mean per layout and thread count
+//   (0.97-2.04x; bench/RESULTS.md, "Intel Xeon ...: constant weights with n of 256 to
+//   511 and shallow depth run the own tile").
 // - keys of less than kGemmTileDefaultMaxFlops with a thread budget of more than one.
 //   oneDNN wakes its passive OpenMP team per call; below 20 MFLOP (less the weights'
 //   share) its fitted default runs one thread (kOnednnFlopsPerThread), the own tiles
@@ -227,6 +238,11 @@ bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const Device
 //   at 6.1 MFLOP, 1.35x at 12.3).
 // - keys of GemmLeastPaddingHolds (below).
 inline constexpr int64_t kGemmWideDefaultMinN = 512;
+inline constexpr int64_t kGemmRowsOrderDefaultMinN = 256;
+inline constexpr int64_t kGemmRowsOrderDefaultMaxK = 96;
+// The columns of the tile that takes the own tiles' defaults (the 8x32, first among
+// the AVX-512 tiles): GemmRowsOrderFits of its fitted blocking decides rules above.
+inline constexpr int kGemmDefaultTileNr = 32;
 inline constexpr double kGemmTileDefaultMaxFlops = 80e6;
 bool GemmTileDefault(const OpKey& key, const DeviceInfo& device);
 
