@@ -411,8 +411,8 @@ bool RowsFirstHolds(const OpKey& key, const DeviceInfo& d) {
 // more than one thread.
 bool TileRuleHolds(const OpKey& key, const DeviceInfo& d) {
   if (!key.constant_weights || !(d.isa & kIsaAvx512) || key.m() <= 16) return false;
-  return (d.vendor == "GenuineIntel" && (key.n() >= 512 || (key.n() >= 256 && key.k() <= 96 && RowsFirstHolds(key, d)))) ||
-         (d.threads > 1 && key.Flops() < 80e6);
+  const bool narrow_rows_first = key.n() >= 256 && key.k() <= 96 && RowsFirstHolds(key, d);
+  return (d.vendor == "GenuineIntel" && (key.n() >= 512 || narrow_rows_first)) || (d.threads > 1 && key.Flops() < 80e6);
 }
 
 // Its AMD share by m (GemmLeastPaddingHolds): constant weights, m of 17 to 47 and n of

@@ -191,10 +191,10 @@ bool GemmRowsOrderFits(const OpKey& key, int32_t kc, int32_t nc, const DeviceInf
 
 bool GemmTileDefault(const OpKey& key, const DeviceInfo& device) {
   if (!key.constant_weights || (device.isa & kIsaAvx512) == 0 || key.m() <= kGemvMaxM) return false;
-  const bool rows_first =
+  const bool narrow_rows_first =
+      key.n() >= kGemmRowsOrderDefaultMinN && key.k() <= kGemmRowsOrderDefaultMaxK &&
       GemmRowsOrderFits(key, GemmDefaultKc(kGemmDefaultTileNr), GemmDefaultNc(kGemmDefaultTileNr), device);
-  return (device.vendor == kCpuVendorIntel &&
-          (key.n() >= kGemmWideDefaultMinN || (key.n() >= kGemmRowsOrderDefaultMinN && key.k() <= kGemmRowsOrderDefaultMaxK && rows_first))) ||
+  return (device.vendor == kCpuVendorIntel && (key.n() >= kGemmWideDefaultMinN || narrow_rows_first)) ||
          (device.threads > 1 && key.Flops() < kGemmTileDefaultMaxFlops) || GemmLeastPaddingHolds(key, device);
 }
 
