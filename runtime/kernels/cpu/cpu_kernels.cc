@@ -189,11 +189,14 @@ bool GemmRowsOrderFits(const OpKey& key, int32_t kc, int32_t nc, const DeviceInf
   return depth <= kGemmRowsOrderMaxKc && b_block <= double(device.l2_bytes) / 2 && c > double(device.l2_bytes);
 }
 
+bool GemmDefaultTileRowsFirst(const OpKey& key, const DeviceInfo& device) {
+  return GemmRowsOrderFits(key, GemmDefaultKc(kGemmDefaultTileNr), GemmDefaultNc(kGemmDefaultTileNr), device);
+}
+
 bool GemmTileDefault(const OpKey& key, const DeviceInfo& device) {
   if (!key.constant_weights || (device.isa & kIsaAvx512) == 0 || key.m() <= kGemvMaxM) return false;
-  const bool narrow_rows_first =
-      key.n() >= kGemmRowsOrderDefaultMinN && key.k() <= kGemmRowsOrderDefaultMaxK &&
-      GemmRowsOrderFits(key, GemmDefaultKc(kGemmDefaultTileNr), GemmDefaultNc(kGemmDefaultTileNr), device);
+  const bool narrow_rows_first = key.n() >= kGemmRowsOrderDefaultMinN && key.k() <= kGemmRowsOrderDefaultMaxK &&
+                                 GemmDefaultTileRowsFirst(key, device);
   return (device.vendor == kCpuVendorIntel && (key.n() >= kGemmWideDefaultMinN || narrow_rows_first)) ||
          (device.threads > 1 && key.Flops() < kGemmTileDefaultMaxFlops) || GemmLeastPaddingHolds(key, device);
 }

@@ -225,7 +225,7 @@ bool OnednnSmallSgemmFits(const OpKey& key, const DeviceInfo& device);
 //   dnnl_sgemm was level at m of 32 to 40 and ahead above (the tile took 1.17x its time
 //   at 41 to 64; bench/RESULTS.md, "Intel Xeon ...: per-call keys call oneDNN");
 // - the own packed tile on an Intel host for keys where its fitted blocking writes C
-//   rows first (GemmRowsOrderFits: shallow depth blocks, C beyond L2), `nt` keys and
+//   rows first (GemmDefaultTileRowsFirst: shallow depth, C beyond L2), `nt` keys and
 //   `nn` keys with n above kOwnTileShallowNnMinN. There oneDNN, like the old order,
 //   loses time writing C. On the Intel host, paired, per call, 1 and 2 threads, 22
 //   shapes drawn (12 attention-score shapes of 512 to 4096 square by 32 to 128 deep,

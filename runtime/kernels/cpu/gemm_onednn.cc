@@ -265,8 +265,7 @@ bool OnednnThreadsSuffice(const OpKey& key, const DeviceInfo& device) {
 bool PerCallOwnTile(const OpKey& key, const DeviceInfo& device) {
   if (!PerCallLargeOnAvx512(key, device)) return false;
   if (!OnednnThreadsSuffice(key, device)) return true;
-  if (!key.trans_a && (key.trans_b || key.n() > kOwnTileShallowNnMinN) &&
-      GemmRowsOrderFits(key, GemmDefaultKc(kGemmDefaultTileNr), GemmDefaultNc(kGemmDefaultTileNr), device))
+  if (!key.trans_a && (key.trans_b || key.n() > kOwnTileShallowNnMinN) && GemmDefaultTileRowsFirst(key, device))
     return true;
   if (!PerCallNn(key)) return false;
   if (device.vendor == kCpuVendorAmd) return key.m() <= kOwnTileAliasedRowsMaxM && RowAliasOffset(key) == 0;

@@ -241,8 +241,11 @@ inline constexpr int64_t kGemmWideDefaultMinN = 512;
 inline constexpr int64_t kGemmRowsOrderDefaultMinN = 256;
 inline constexpr int64_t kGemmRowsOrderDefaultMaxK = 96;
 // The columns of the tile that takes the own tiles' defaults (the 8x32, first among
-// the AVX-512 tiles): GemmRowsOrderFits of its fitted blocking decides rules above.
+// the AVX-512 tiles).
 inline constexpr int kGemmDefaultTileNr = 32;
+// GemmRowsOrderFits for that tile's fitted blocking (kc and nc): the order its default
+// schedule runs, which the rule above and PerCallOwnTile (gemm_library.h) decide on.
+bool GemmDefaultTileRowsFirst(const OpKey& key, const DeviceInfo& device);
 inline constexpr double kGemmTileDefaultMaxFlops = 80e6;
 bool GemmTileDefault(const OpKey& key, const DeviceInfo& device);
 
