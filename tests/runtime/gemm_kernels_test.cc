@@ -706,6 +706,132 @@ void GemvPackedOddThreadCounts(const KernelVariant& v) {
   }
 #include "kernels/cpu/gemv_f32.inc"
 
+// ---- Tall variants (CG_GEMV_TALL rows): n <= 16 columns of C, any m ------------------
+
+Schedule TallWith(const KernelVariant& v, int threads, int mj, int form) {
+  return With(v, {{"threads", threads}, {"mj", mj}, {"form", form}});
+}
+
+// Every n up to kGemvTallMaxN (AVX2: one and two vectors), m across the tiles of 8, 4,
+// 2 and 1 rows and the 16-row thread units, k from 1 to past a vector; both forms, both
+// layouts of B, every mj, from B as stored and from packed weights; padded rows.
+void GemvTallShapes(const KernelVariant& v) {
+  int seed = 0;
+  for (int64_t n = 1; n <= cpu::kGemvTallMaxN; ++n)
+    for (int64_t m : {1, 7, 15, 33, 61})
+      for (int64_t k : {1, 5, 16, 17, 70})
+        for (int form : cpu::kGemvTallFormValues) {
+          const int mj = cpu::kGemvNjValues[size_t(seed % 4)];
+          GemmTester t;
+          t.shape(m, n, k).trans_b(seed % 2).packed_weights(seed % 3 == 1).seed(uint32_t(++seed));
+          if (seed % 4 == 0) t.lda_pad(3).ldb_pad(5).ldc_pad(2);
+          if (!t.Test(TallWith(v, seed % 5 == 0 ? 3 : TwoThreads(), mj, form))) return;
+        }
+}
+
+// alpha and beta (beta 0 never reads C), both forms and layouts; what supports() declines.
+void GemvTallAlphaBetaAndRules(const KernelVariant& v) {
+  for (float alpha : {0.0f, 1.0f, -0.5f})
+    for (float beta : {0.0f, 1.0f, 2.5f})
+      for (int form : cpu::kGemvTallFormValues)
+        for (int tb = 0; tb < 2; ++tb) {
+          GemmTester t;
+          t.shape(150, 9, 70).trans_b(tb).ldc_pad(3).alpha(alpha).beta(beta).nan_c(beta == 0.0f);
+          if (!t.Test(TallWith(v, TwoThreads(), 8, form))) return;
+        }
+  const Status wide = VariantSupports(v, OpKey::Gemm(100, cpu::kGemvTallMaxN + 1, 64), Host());
+  EXPECT_EQ(wide.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(wide.message().find("n=17 is over 16"), std::string::npos) << wide.message();
+  const Status ta = VariantSupports(v, OpKey::Gemm(100, 8, 64, true, false), Host());
+  EXPECT_EQ(ta.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(ta.message().find("runs A stored m x k"), std::string::npos) << ta.message();
+  EXPECT_TRUE(VariantSupports(v, OpKey::Gemm(100000, 16, 64, false, true), Host()).ok());
+  // The fitted defaults pass check() on every budget and run, per call and packed.
+  for (const auto& sh : ShapesFromData()) {
+    if (sh.ta) continue;
+    for (int64_t n : {int64_t{1}, int64_t{4}, cpu::kGemvTallMaxN})
+      for (int tb = 0; tb < 2; ++tb) {
+        OpKey key = OpKey::Gemm(sh.m, n, sh.k, false, tb);
+        for (int threads : {1, 3, 64}) {
+          DeviceInfo d = Host();
+          d.threads = threads;
+          EXPECT_TRUE(CheckSchedule(VariantDefaultSchedule(v, key, d), key, d).ok()) << key.ToString();
+        }
+        GemmTester t;
+        t.shape(sh.m, n, sh.k).trans_b(tb).packed_weights(tb == 1).beta(0.0f).nan_c(true);
+        if (!t.Test(VariantDefaultSchedule(v, t.Key(), Host()))) return;
+      }
+  }
+}
+
+void GemvTallConcurrentCallers(const KernelVariant& v) {
+  std::vector<std::thread> threads;
+  for (int c = 0; c < 3; ++c)
+    threads.emplace_back([&v, c] {
+      for (int r = 0; r < 4; ++r) {
+        GemmTester t;
+        t.shape(301 + r, 1 + c * 5 + r, 129).trans_b(r % 2).beta(r % 2 ? 1.0f : 0.0f).seed(c * 100 + r);
+        if (!t.Test(TallWith(v, TwoThreads(), 8, (c + r) % 2))) return;
+      }
+    });
+  for (auto& t : threads) t.join();
+}
+
+// The built-in default of keys with n <= kGemvTallMaxN: the tall kernel of the host's
+// widest ISA wherever m is beyond the small-m variants of the layout (nt: m > 16, nn:
+// m > 4), per call and with constant weights, on either vendor and any budget; the
+// broadcast form from kGemvTallBroadcastMinN = 8 columns, and from 3 where B is
+// passed per call stored k x n, dot products below; the next tile's rows prefetched
+// from n = 2. A transposed A, n = 17 and the small-m keys keep their variants.
+TEST(CpuGemmTable, TallKeysDefaultToTheTallKernel) {
+  for (const bool avx512 : {true, false}) {
+    DeviceInfo d = Host();
+    d.isa = kIsaScalar | kIsaAvx2 | (avx512 ? kIsaAvx512 : 0);
+    d.arch = avx512 ? "avx512" : "avx2";
+    const std::string tall = avx512 ? "cpu_f32_gemv_tall__avx512" : "cpu_f32_gemv_tall__avx2";
+    for (const char* vendor : {"GenuineIntel", "AuthenticAMD"})
+      for (int threads : {1, 2})
+        for (bool constant : {false, true})
+          for (bool trans_b : {false, true})
+            for (int64_t n : {1, 2, 3, 7, 8, 16})
+              for (int64_t m : {5, 16, 17, 100, 5000}) {
+                d.vendor = vendor;
+                d.threads = threads;
+                OpKey key = OpKey::Gemm(m, n, 777, false, trans_b);
+                key.constant_weights = constant;
+                auto s = DefaultSchedule(key, d);
+                ASSERT_TRUE(s.ok()) << s.status().ToString();
+                const bool small_m = m <= (trans_b ? 16 : 4);
+                EXPECT_EQ(s->variant->name == tall, !small_m) << vendor << " " << key.ToString() << ": " << s->ToString();
+                const bool in_place_rows = !trans_b && !constant;
+                if (small_m) continue;
+                EXPECT_EQ(s->params[s->variant->ParamIndex("form")], n >= (in_place_rows ? 3 : 8) ? 1 : 0)
+                    << s->ToString();
+                EXPECT_EQ(s->params[s->variant->ParamIndex("prefetch")], n > 1 ? 1 : 0) << s->ToString();
+              }
+    for (const OpKey& key : {OpKey::Gemm(100, 17, 777), OpKey::Gemm(100, 8, 777, true, false)}) {
+      auto s = DefaultSchedule(key, d);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      EXPECT_NE(s->variant->name, tall) << key.ToString();
+    }
+  }
+}
+
+#define CG_GEMV_TALL(isa, name, nt_name)   \
+  TEST(name, Shapes) {                     \
+    CG_REQUIRE_VARIANT(v, #name);          \
+    GemvTallShapes(*v);                    \
+  }                                        \
+  TEST(name, AlphaBetaAndRules) {          \
+    CG_REQUIRE_VARIANT(v, #name);          \
+    GemvTallAlphaBetaAndRules(*v);         \
+  }                                        \
+  TEST(name, ConcurrentCallers) {          \
+    CG_REQUIRE_VARIANT(v, #name);          \
+    GemvTallConcurrentCallers(*v);         \
+  }
+#include "kernels/cpu/gemv_f32.inc"
+
 // ---- The table itself ------------------------------------------------------------
 
 TEST(CpuGemmTable, InventoryIsConsistent) {
@@ -715,6 +841,7 @@ TEST(CpuGemmTable, InventoryIsConsistent) {
   size_t num_gemv = 0;
 #define CG_GEMV(isa, name, trans_b) rows.push_back(#name), ++num_gemv;
 #define CG_GEMV_PACKED(isa, name, width) rows.push_back(#name), ++num_gemv;
+#define CG_GEMV_TALL(isa, name, nt_name) rows.push_back(#name), ++num_gemv;
 #include "kernels/cpu/gemv_f32.inc"
 #define CG_KERNEL(isa, name, mr, nr) rows.push_back(#name);
 #include "kernels/cpu/gemm_f32.inc"

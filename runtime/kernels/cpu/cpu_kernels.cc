@@ -47,6 +47,12 @@ Status GemvPackedEntry(const KernelVariant& self, const GemmArgs& args, const Pa
   return GemvPackedF32(self, args, params, kPanels);
 }
 
+template <void (*kRows)(const GemvTask&), void (*kTall)(const GemvTask&)>
+Status GemvTallEntry(const KernelVariant& self, const GemmArgs& args, const ParamValues& params) {
+  CG_RETURN_IF_ERROR(RequireF32(self, args.dtype));
+  return GemvTallF32(self, args, params, kRows, kTall);
+}
+
 template <UkernelFn kUkernel, int MR, int NR>
 Status GemmEntry(const KernelVariant& self, const GemmArgs& args, const ParamValues& params) {
   CG_RETURN_IF_ERROR(RequireF32(self, args.dtype));
@@ -232,6 +238,10 @@ std::span<const KernelVariant> CpuKernelVariants() {
   {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, kGemvPackedSpecs, &GemvPackedSupports, &GemvPackedCheck,  \
    &GemvPackedFitDefaults, {.gemm = &GemvPackedEntry<&name##_panels>}, {.gemm = {1, width}}, &OwnDefaultCandidates, \
    nullptr, &GemvPackedWeightsBytes, &GemvPackWeights, &GemvPackedPreferredDefault},
+#define CG_GEMV_TALL(isa, name, nt_name)                                                                      \
+  {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, kGemvTallSpecs, &GemvTallSupports, &GemvTallCheck,   \
+   &GemvTallFitDefaults, {.gemm = &GemvTallEntry<&nt_name##_rows, &name##_tall>}, {.gemm = {1, 1}},          \
+   &OwnDefaultCandidates, nullptr, &GemvTallWeightsBytes, &GemvTallPackWeights, &GemvTallPreferredDefault},
 #include "kernels/cpu/gemv_f32.inc"
 #define CG_KERNEL(isa, name, mr, nr)                                                                          \
   {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, GemmParamSet<mr, nr>::kSpecs, nullptr, &GemmCheck, \

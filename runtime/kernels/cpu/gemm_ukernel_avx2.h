@@ -31,6 +31,7 @@ struct Avx2Traits {
   static CG_INLINE V Add(V a, V b) { return _mm256_add_ps(a, b); }
   static CG_INLINE void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
   static CG_INLINE V LoadN(const float* p, int n) { return _mm256_maskload_ps(p, Mask(n)); }
+  static CG_INLINE V LoadMasked(const float* p, __m256i mask) { return _mm256_maskload_ps(p, mask); }
   static CG_INLINE void StoreN(float* p, V v, int n) { _mm256_maskstore_ps(p, Mask(n), v); }
   static CG_INLINE float Sum(V v) {  // in registers: halves, then pairs, then the last two
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

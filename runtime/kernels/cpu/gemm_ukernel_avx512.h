@@ -32,6 +32,7 @@ struct Avx512Traits {
   static CG_INLINE V Add(V a, V b) { return _mm512_add_ps(a, b); }
   static CG_INLINE void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static CG_INLINE V LoadN(const float* p, int n) { return _mm512_maskz_loadu_ps(Mask(n), p); }
+  static CG_INLINE V LoadMasked(const float* p, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, p); }
   static CG_INLINE void StoreN(float* p, V v, int n) { _mm512_mask_storeu_ps(p, Mask(n), v); }
   static CG_INLINE float Sum(V v) { return _mm512_reduce_add_ps(v); }
   // out[q] = the sum of v[q]'s lanes, q < 8: halves of pairs, then quarters, pairs

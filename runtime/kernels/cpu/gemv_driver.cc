@@ -16,7 +16,7 @@ namespace cliffguard::cpu {
 namespace {
 
 thread_local std::vector<float> tls_a;  // op(A) rows when A is stored transposed
-thread_local ThreadScratch tls_panels;  // op(B) packed per call (a call without packed_b)
+thread_local ThreadScratch tls_panels;  // op(B) packed, or transposed (tall), per call (a call without packed_b)
 
 struct Job {
   GemvTask task;
@@ -144,6 +144,16 @@ void RunJob(Job& job, int32_t threads) {
   ThreadPool::Global().Run(nt, &RunRange, &job);
 }
 
+// `rows` rows of `cols` (leading dimension ld) into dst, dense: as they are, or
+// transposed (cols rows of `rows`).
+void CopyRows(const float* src, int64_t ld, int64_t rows, int64_t cols, float* dst) {
+  for (int64_t i = 0; i < rows; ++i) std::copy_n(src + i * ld, cols, dst + i * cols);
+}
+void TransposeRows(const float* src, int64_t ld, int64_t rows, int64_t cols, float* dst) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) dst[j * rows + i] = src[i * ld + j];
+}
+
 }  // namespace
 
 int32_t GemvThreads(const OpKey& key, const DeviceInfo& device) {
@@ -229,6 +239,80 @@ Status GemvF32(const GemmArgs& args, const ParamValues& p, void (*rows)(const Ge
   job.task.rows_whole = GemvNNTiles(p[kGemvOrder]);  // nt: order 1, rows of B read whole
   job.task.step_rows = p[kGemvUnrollK];  // nn only (nt's slot is 0)
   if (GemvNNSplitsK(p[kGemvOrder]) && p[kGemvThreads] > 1) return GemvSplitK(job, p[kGemvThreads]);
+  RunJob(job, p[kGemvThreads]);
+  return Status::Ok();
+}
+
+Status GemvTallSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo&) {
+  if (key.n() > kGemvTallMaxN) return Unimplemented(fmt::format("{}: n={} is over {}", v.name, key.n(), kGemvTallMaxN));
+  if (key.trans_a)
+    return Unimplemented(fmt::format("{}: runs A stored m x k (rows of k), the key has it k x m", v.name));
+  return Status::Ok();
+}
+
+bool GemvTallPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
+  return GemvTallSupports(v, key, device).ok() && key.m() > GemvMaxM(key.trans_b);
+}
+
+Status GemvTallCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device) {
+  return GemvCheck<true>(v, key, p, device);
+}
+
+void GemvTallFitDefaults(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
+  const double a_bytes = double(key.m()) * double(key.k()) * double(DTypeSize(key.dtype));
+  p[kGemvThreads] = ThreadsWithin(a_bytes / kGemvBytesPerThread, device);
+  p[kGemvBlock] = 8;
+  p[kGemvTallFormParam] = GemvTallDefaultForm(key);
+  p[kGemvTallPrefetchParam] = key.n() > 1 ? 1 : 0;
+}
+
+size_t GemvTallWeightsBytes(const KernelVariant& /*v*/, const OpKey& key, const ParamValues& /*p*/) {
+  return size_t(key.n() * key.k()) * sizeof(float);
+}
+
+Status GemvTallPackWeights(const KernelVariant& v, const OpKey& key, const ParamValues& p, const void* weights,
+                           int64_t ld, void* dst) {
+  if (key.dtype != DType::kF32)
+    return Unimplemented(fmt::format("{}: packs f32 weights, not {}", v.name, DTypeName(key.dtype)));
+  const bool dot = p[kGemvTallFormParam] == kGemvTallDot;
+  const float* b = static_cast<const float*>(weights);
+  float* out = static_cast<float*>(dst);
+  // The form's layout is B's own or its transpose: op(B)^T (n x k) is B as stored when trans_b.
+  if (dot == key.trans_b) CopyRows(b, ld, dot ? key.n() : key.k(), dot ? key.k() : key.n(), out);
+  else TransposeRows(b, ld, dot ? key.k() : key.n(), dot ? key.n() : key.k(), out);
+  return Status::Ok();
+}
+
+Status GemvTallF32(const KernelVariant& v, const GemmArgs& args, const ParamValues& p, void (*rows)(const GemvTask&),
+                   void (*tall)(const GemvTask&)) {
+  const bool dot = p[kGemvTallFormParam] == kGemvTallDot;
+  GemvTask t;
+  t.m = static_cast<int>(args.n);
+  t.k = args.k;
+  t.a = static_cast<const float*>(args.packed_b ? args.packed_b : args.b);
+  t.lda = args.packed_b ? (dot ? args.k : args.n) : args.ldb;
+  if (!args.packed_b && dot != args.trans_b) {
+    float* bt = tls_panels.Get(args.n * args.k);
+    if (!bt)
+      return Internal(fmt::format("{}: cannot allocate {} bytes for B transposed", v.name,
+                                  args.n * args.k * static_cast<int64_t>(sizeof(float))));
+    // B stored k x n for dot products (its n x k transpose), or n x k for broadcasts.
+    TransposeRows(static_cast<const float*>(args.b), args.ldb, dot ? args.k : args.n, dot ? args.n : args.k, bt);
+    t.a = bt;
+    t.lda = dot ? args.k : args.n;
+  }
+  t.b = static_cast<const float*>(args.a);
+  t.ldb = args.lda;
+  t.c = static_cast<float*>(args.c);
+  t.ldc = 1;
+  t.ldc_col = args.ldc;
+  t.alpha = args.alpha;
+  t.beta = args.beta;
+  t.j0 = 0;
+  t.j1 = args.m;
+  t.block = p[kGemvBlock];
+  t.prefetch = p[kGemvTallPrefetchParam];  // dot form: the nt kernel's tile order 0
+  Job job{t, dot ? rows : tall, CeilDiv(args.m, 16), 16};
   RunJob(job, p[kGemvThreads]);
   return Status::Ok();
 }

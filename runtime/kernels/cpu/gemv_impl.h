@@ -199,7 +199,7 @@ void NNRows(const GemvTask& t) {
   NNSteps<T, M, NNStepRows<T, M>()>(t);
 }
 
-// C[i0:i0+MI, j:j+NJ] = alpha * (the lanes of acc summed) + beta * C.
+// C[i0:i0+MI, j:j+NJ] = alpha * (the lanes of acc summed) + beta * C (columns t.ldc_col apart).
 template <class T, int MI, int NJ>
 CG_INLINE void NTStore(const GemvTask& t, int i0, int64_t j, typename T::V (&acc)[MI][NJ]) {
 #pragma GCC unroll 8
@@ -211,9 +211,12 @@ CG_INLINE void NTStore(const GemvTask& t, int i0, int64_t j, typename T::V (&acc
 #pragma GCC unroll 8
       for (int q = 0; q < NJ; ++q) sums[q] = T::Sum(acc[i][q]);
     }
-    float* c = t.c + (i0 + i) * t.ldc + j;
+    float* c = t.c + (i0 + i) * t.ldc + j * t.ldc_col;
 #pragma GCC unroll 8
-    for (int q = 0; q < NJ; ++q) c[q] = t.beta == 0.0f ? t.alpha * sums[q] : t.alpha * sums[q] + t.beta * c[q];
+    for (int q = 0; q < NJ; ++q) {
+      float& cq = c[q * t.ldc_col];
+      cq = t.beta == 0.0f ? t.alpha * sums[q] : t.alpha * sums[q] + t.beta * cq;
+    }
   }
 }
 
@@ -275,7 +278,11 @@ CG_INLINE void NTTile(const GemvTask& t, int i0, int64_t j) {
     return NTStore<T, MI, NJ>(t, i0, j, acc);
   }
   int64_t p = 0;
+  const int64_t next = NJ * t.ldb;  // the next tile's rows of B (t.prefetch: requested into L2)
   for (; p + W <= t.k; p += W) {
+    if (t.prefetch)
+#pragma GCC unroll 8
+      for (int q = 0; q < NJ; ++q) __builtin_prefetch(brow[q] + next + p, 0, 2);
     V av[MI];
 #pragma GCC unroll 8
     for (int i = 0; i < MI; ++i) av[i] = T::Load(arow[i] + p);
@@ -425,6 +432,97 @@ void PanelDispatch(const GemvTask& t) {
   }
 }
 
+// Tall keys in broadcast form (gemv_kernel.h): rows [j, j+R) of C by its t.m columns
+// (V vectors) in registers for all of k; at each k step one row of op(B) and R
+// broadcast elements of A.
+template <class T, int R, int V>
+CG_INLINE void TallTile(const GemvTask& t, int64_t j) {
+  using Vec = typename T::V;
+  constexpr int W = T::kWidth;
+  const int tail = t.m - (V - 1) * W;
+  Vec acc[R][V];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) acc[r][v] = T::Zero();
+  const float* arow[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) arow[r] = t.b + (j + r) * t.ldb;
+  const auto mask = T::Mask(tail);
+  const float* brow = t.a;
+  const int64_t ld = t.lda;
+  const auto step = [&](int64_t p) __attribute__((always_inline)) {
+    Vec bv[V];
+#pragma GCC unroll 2
+    for (int v = 0; v + 1 < V; ++v) bv[v] = T::Load(brow + v * W);
+    bv[V - 1] = T::LoadMasked(brow + (V - 1) * W, mask);
+    brow += ld;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const Vec a = T::Bcast(arow[r] + p);
+#pragma GCC unroll 2
+      for (int v = 0; v < V; ++v) acc[r][v] = T::Fma(a, bv[v], acc[r][v]);
+    }
+  };
+  // A line of each row of A per group of steps; with t.prefetch, the same line of
+  // the next tile's rows requested into L2 first (the hardware prefetchers fall
+  // behind on R slowly consumed streams, and start each tile's rows cold).
+  constexpr int kLine = 16;
+  const int64_t next = R * t.ldb;
+  int64_t p = 0;
+  for (; p + kLine <= t.k; p += kLine) {
+    if (t.prefetch)
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) __builtin_prefetch(arow[r] + next + p, 0, 2);
+#pragma GCC unroll 16
+    for (int u = 0; u < kLine; ++u) step(p + u);
+  }
+  for (; p < t.k; ++p) step(p);
+  const Vec alpha = T::Set1(t.alpha), beta = T::Set1(t.beta);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* c = t.c + (j + r) * t.ldc_col;
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) {
+      const int n = v + 1 < V ? W : tail;
+      Vec x = T::Mul(alpha, acc[r][v]);
+      if (t.beta != 0.0f) x = T::Fma(beta, T::LoadN(c + v * W, n), x);
+      T::StoreN(c + v * W, x, n);
+    }
+  }
+}
+
+// The most rows of C a broadcast tile of V vectors takes: R * V accumulators, V
+// vectors of op(B) and a broadcast (one register to spare), at most 8.
+template <class T, int V>
+constexpr int TallMaxRows() {
+  int r = 8;
+  while (r > 1 && r * V + V + 1 > kVectorRegs<T> - 1) r /= 2;
+  return r;
+}
+
+// Rows [t.j0, t.j1) of C in tiles of R = min(t.block, TallMaxRows) rows, then
+// smaller tiles for the rest.
+template <class T, int V>
+void TallRowsOfV(const GemvTask& t) {
+  constexpr int RMax = TallMaxRows<T, V>();
+  const int r = std::min(t.block, RMax);
+  int64_t j = t.j0;
+  if (r >= 8 && RMax >= 8)
+    for (; j + 8 <= t.j1; j += 8) TallTile<T, (RMax >= 8 ? 8 : 1), V>(t, j);
+  if (r >= 4 && RMax >= 4)
+    for (; j + 4 <= t.j1; j += 4) TallTile<T, (RMax >= 4 ? 4 : 1), V>(t, j);
+  if (r >= 2 && RMax >= 2)
+    for (; j + 2 <= t.j1; j += 2) TallTile<T, (RMax >= 2 ? 2 : 1), V>(t, j);
+  for (; j < t.j1; ++j) TallTile<T, 1, V>(t, j);
+}
+
+template <class T>
+void TallDispatch(const GemvTask& t) {
+  if (t.m <= T::kWidth) return TallRowsOfV<T, 1>(t);
+  return TallRowsOfV<T, 2>(t);
+}
+
 template <class T>
 void NNDispatch(const GemvTask& t) {
   switch (t.m) {
@@ -456,6 +554,11 @@ void NNDispatch(const GemvTask& t) {
     if constexpr (trans_b) NTDispatch<traits>(task);                          \
     else NNDispatch<traits>(task);                                            \
   }                                                                           \
+  }
+
+#define CG_DEFINE_GEMV_TALL_KERNEL(name, traits)                              \
+  namespace cliffguard::cpu {                                                 \
+  void name##_tall(const GemvTask& task) { TallDispatch<traits>(task); }     \
   }
 
 #define CG_DEFINE_GEMV_PACKED_KERNEL(name, traits)                            \

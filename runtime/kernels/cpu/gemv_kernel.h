@@ -16,6 +16,13 @@ namespace cliffguard::cpu {
 //   packed kernels: vectors per panel (1, 2, 4).
 //   Packed kernels (m <= kGemvPackedMaxM): b holds op(B) as GemvPanelPack lays it
 //   (ldb unused) and j0 is a multiple of the panel width.
+//   C's element (i, j) is at c + i * ldc + j * ldc_col (ldc_col 1 but in tall tasks).
+// Tall tasks (CG_GEMV_TALL rows; n <= 16 columns of C, any m) run in the transposed
+// frame, C^T = op(B)^T A^T: the task's m is the key's n, its j range rows of the key's
+// C, b the key's A (rows of k, ldb its lda), and C is written transposed (ldc 1,
+// ldc_col the key's ldc). Dot form (the nt kernels): a holds op(B)^T as n rows of k.
+// Broadcast form (name_tall kernels): a holds op(B) as k rows of n (element (i, p) of
+// op(B)^T at a + p * lda + i), block is the rows of C per register tile.
 struct GemvTask {
   int m;
   int64_t k;
@@ -28,9 +35,10 @@ struct GemvTask {
   float alpha, beta;
   int64_t j0, j1;
   int block;
-  int prefetch = 0;  // packed panels: software prefetch distance in k rows (0 = off)
+  int prefetch = 0;  // software prefetch (0 = off): packed panels, its distance in k rows; tall broadcasts, 1 = on
   bool rows_whole = false;  // `order` 1: each row of B (nt) or of a C tile's columns (nn) read whole
   int step_rows = 0;  // nn steps at m = 1 (`unroll_k`): kGemvNNDeepStepRows, else as the registers allow
+  int64_t ldc_col = 1;  // nt kernels only
 };
 
 // Rows of B per nn step at m = 1 with `unroll_k` 16 (AVX-512): each row's vector goes
@@ -49,6 +57,7 @@ constexpr int GemvNNWholeVectors(int vector_regs, int64_t m) {
 
 #define CG_GEMV(isa, name, trans_b) void name##_rows(const GemvTask& task);
 #define CG_GEMV_PACKED(isa, name, width) void name##_panels(const GemvTask& task);
+#define CG_GEMV_TALL(isa, name, nt_name) void name##_tall(const GemvTask& task);
 #include "kernels/cpu/gemv_f32.inc"
 
 // op(B) (k x n; as stored: n x k rows when trans_b, else k x n, leading dimension

@@ -145,6 +145,69 @@ void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
 // Runs one call for validated args with the variant's row kernel.
 Status GemvF32(const GemmArgs& args, const ParamValues& p, void (*rows)(const GemvTask&));
 
+// The tall variants (CG_GEMV_TALL rows): keys with at most kGemvTallMaxN columns of C
+// and A as stored, at any m (gemv_kernel.h, tall tasks). Parameter indices as the nt
+// variants' (kGemvThreads, kGemvBlock, then kGemvTallForm).
+inline constexpr int64_t kGemvTallMaxN = GemvMaxM(true);
+enum GemvTallForm : int32_t { kGemvTallDot = 0, kGemvTallBroadcast = 1 };
+inline constexpr int kGemvTallFormParam = 2;
+inline constexpr int32_t kGemvTallFormValues[] = {kGemvTallDot, kGemvTallBroadcast};
+inline constexpr ParamSpec kGemvTallSpecs[] = {
+    {"threads", kGemmThreadValues, 1, "threads (caller included), each a contiguous range of m; <= device threads"},
+    {"mj", kGemvNjValues, 8, "rows of A (of C) per register tile; form 0: columns of C per tile at most 4, as many as the registers hold; form 1: all n, at most as many rows as the registers hold"},
+    {"form", kGemvTallFormValues, 0, "0 = dot products along k (op(B)^T as n rows of k, read in place where B is stored n x k); 1 = broadcasts of A times rows of op(B) (k rows of n, read in place where B is stored k x n)"},
+    {"prefetch", kGemmBoolValues, 1, "1 = each step of a line requests the same line of the next tile's rows of A into L2; 0 = off"},
+};
+inline constexpr int kGemvTallPrefetchParam = 3;
+// The fitted form: broadcasts from kGemvTallBroadcastMinN columns, and from
+// kGemvTallInPlaceBroadcastMinN where B is passed per call stored k x n (which the
+// dot form would transpose per call); dot products below. On the Intel host (family
+// 6 model 167), paired, A from memory, 16 drawn shapes (n of 1 to 16, m of 73 to
+// 6793), both layouts, 1 and 2 threads: the other form took 1.25-1.34x the fitted
+// one's time in geometric mean per layout and thread count (0.83-2.37x; below 1.0 on
+// 6 of 64 rows, all at n of 6 and 8 with A of at most 190 KiB). Dot products compute n
+// columns per k vector and win in cache at small n (1.2-3.2x at n of 2 to 6, A in
+// L2); from 8 columns they read op(B)^T from L2 at every step, where a broadcast tile
+// reads one row of op(B) per k step. Per call `nn` at m of 6 to 700 and n of 3 to 6
+// (6 shapes), with its transposition the dot form took 1.03-1.56x the broadcasts'
+// time; at n of 1 and 2 (4 shapes) the broadcasts took 0.98-1.16x its time (bench/RESULTS.md,
+// "... keys with at most 16 columns of C run the tall kernels").
+inline constexpr int64_t kGemvTallBroadcastMinN = 8;
+inline constexpr int64_t kGemvTallInPlaceBroadcastMinN = 3;
+inline int32_t GemvTallDefaultForm(const OpKey& key) {
+  const bool in_place_rows = !key.trans_b && !key.constant_weights;
+  return key.n() >= (in_place_rows ? kGemvTallInPlaceBroadcastMinN : kGemvTallBroadcastMinN) ? kGemvTallBroadcast
+                                                                                                : kGemvTallDot;
+}
+// supports(): n <= kGemvTallMaxN and A not transposed.
+Status GemvTallSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
+// check(): threads <= device.threads.
+Status GemvTallCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
+// fit_defaults(): threads from the bytes of A (each thread streams at least
+// kGemvBytesPerThread); mj 8; form GemvTallDefaultForm; prefetch 1 from n = 2. On the
+// Intel host, paired, A from memory, on the 16 fitting shapes of GemvTallDefaultForm:
+// without it the broadcast form took 1.39-1.42x the time in geometric mean on 1 and 2
+// threads (1.02-1.82x), the dot form 1.10-1.12x (0.96-1.35x; 0.96-0.97x at n = 1).
+void GemvTallFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
+// Constant weights, in the layout of the form: op(B)^T as n rows of k (dot), op(B)
+// as k rows of n (broadcast), dense. A call without them reads B in place where it
+// is stored so, else gathers that layout into the calling thread's scratch first.
+size_t GemvTallWeightsBytes(const KernelVariant& v, const OpKey& key, const ParamValues& p);
+Status GemvTallPackWeights(const KernelVariant& v, const OpKey& key, const ParamValues& p, const void* weights,
+                           int64_t ld, void* dst);
+// preferred_default(): every key it supports with m beyond the small-m variants of
+// its layout (GemvMaxM), per call or constant weights, ahead of the packed tiles
+// (which compute n in panels of 16 or 32 columns: at n = 1, 32 columns' work) and the
+// libraries. On the Intel host, on the 16 fitting shapes above, the 8x32 tile (the
+// default before) took 2.14-2.75x the tall default's time in geometric mean per layout
+// and thread count (1.54-5.21x), the better of oneDNN (matmul, dnnl_sgemm) and
+// OpenBLAS 1.21-1.57x per call (0.92-3.37x) and 1.22-1.65x against the tall kernel
+// from packed weights (0.90-3.61x) (bench/RESULTS.md, as above).
+bool GemvTallPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
+// Runs one call for validated args: the nt row kernel (dot form) or the tall one.
+Status GemvTallF32(const KernelVariant& v, const GemmArgs& args, const ParamValues& p, void (*rows)(const GemvTask&),
+                   void (*tall)(const GemvTask&));
+
 // The packed variants. config.gemm.nr is the vector width in floats (16 AVX-512, 8
 // AVX2); a panel is nr * nv columns.
 // supports(): constant-weights keys (PlanGemm with weights: the tuner and the plan

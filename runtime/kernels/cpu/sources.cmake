@@ -12,12 +12,12 @@ set(CG_CPU_KERNEL_SRCS
   ${CMAKE_CURRENT_LIST_DIR}/thread_pool.cc)
 set(CG_AVX2_SRCS)
 set(CG_AVX512_SRCS)
-# Rows that name their translation unit: CG_KERNEL, CG_GEMV, CG_GEMV_PACKED, CG_CONV2D_DIRECT and
-# CG_CONV2D_REF (CG_CONV2D_GEMM rows run a GEMM micro-kernel compiled from its own
-# row and have none).
+# Rows that name their translation unit: CG_KERNEL, CG_GEMV, CG_GEMV_PACKED, CG_GEMV_TALL,
+# CG_CONV2D_DIRECT and CG_CONV2D_REF (CG_CONV2D_GEMM rows run a GEMM micro-kernel
+# compiled from its own row and have none).
 foreach(inventory gemm_f32.inc gemv_f32.inc conv2d_f32.inc)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/${inventory})
-  file(STRINGS ${CMAKE_CURRENT_LIST_DIR}/${inventory} cg_rows REGEX "^CG_(KERNEL|GEMV|GEMV_PACKED|CONV2D_DIRECT|CONV2D_REF)\\(")
+  file(STRINGS ${CMAKE_CURRENT_LIST_DIR}/${inventory} cg_rows REGEX "^CG_(KERNEL|GEMV|GEMV_PACKED|GEMV_TALL|CONV2D_DIRECT|CONV2D_REF)\\(")
   foreach(row IN LISTS cg_rows)
     if(NOT row MATCHES "^CG_[A-Z0-9_]+\\(([A-Za-z0-9]+), *([a-z0-9_]+)[,)]")
       message(FATAL_ERROR "${inventory}: cannot read the row '${row}'")

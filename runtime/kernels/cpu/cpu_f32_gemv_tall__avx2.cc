@@ -1,0 +1,5 @@
+// cpu_f32_gemv_tall__avx2: avx2 fp32 GEMM with n <= 16 columns of C in broadcast form, A read once in place.
+#include "kernels/cpu/gemm_ukernel_avx2.h"
+#include "kernels/cpu/gemv_impl.h"
+
+CG_DEFINE_GEMV_TALL_KERNEL(cpu_f32_gemv_tall__avx2, Avx2Traits)
