@@ -781,8 +781,9 @@ void GemvTallConcurrentCallers(const KernelVariant& v) {
 // widest ISA wherever m is beyond the small-m variants of the layout (nt: m > 16, nn:
 // m > 4), per call and with constant weights, on either vendor and any budget; the
 // broadcast form from kGemvTallBroadcastMinN = 8 columns, and from 3 where B is
-// passed per call stored k x n, dot products below; the next tile's rows prefetched
-// from n = 2. A transposed A, n = 17 and the small-m keys keep their variants.
+// passed per call stored k x n or k is at most 8 per column, dot products elsewhere;
+// the next tile's rows prefetched from n = 2. A transposed A, n = 17 and the small-m
+// keys keep their variants.
 TEST(CpuGemmTable, TallKeysDefaultToTheTallKernel) {
   for (const bool avx512 : {true, false}) {
     DeviceInfo d = Host();
@@ -814,6 +815,20 @@ TEST(CpuGemmTable, TallKeysDefaultToTheTallKernel) {
       ASSERT_TRUE(s.ok()) << s.status().ToString();
       EXPECT_NE(s->variant->name, tall) << key.ToString();
     }
+    // Shallow keys (B n x k, or packed): broadcasts from n = 3 where k <= 8n.
+    struct Shallow {
+      int64_t n, k;
+      int form;
+    };
+    for (const Shallow& c : {Shallow{2, 16, 0}, Shallow{3, 24, 1}, Shallow{3, 25, 0}, Shallow{7, 56, 1}, Shallow{7, 57, 0}})
+      for (bool constant : {false, true}) {
+        OpKey key = OpKey::Gemm(1000, c.n, c.k, false, !constant);
+        key.constant_weights = constant;
+        auto s = DefaultSchedule(key, d);
+        ASSERT_TRUE(s.ok()) << s.status().ToString();
+        ASSERT_EQ(s->variant->name, tall) << key.ToString();
+        EXPECT_EQ(s->params[s->variant->ParamIndex("form")], c.form) << key.ToString();
+      }
   }
 }
 

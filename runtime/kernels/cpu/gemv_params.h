@@ -160,8 +160,9 @@ inline constexpr ParamSpec kGemvTallSpecs[] = {
 };
 inline constexpr int kGemvTallPrefetchParam = 3;
 // The fitted form: broadcasts from kGemvTallBroadcastMinN columns, and from
-// kGemvTallInPlaceBroadcastMinN where B is passed per call stored k x n (which the
-// dot form would transpose per call); dot products below. On the Intel host (family
+// kGemvTallNarrowBroadcastMinN where B is passed per call stored k x n (which the
+// dot form would transpose per call) or k is at most kGemvTallShallowDepthPerColumn
+// per column of C; dot products elsewhere. On the Intel host (family
 // 6 model 167), paired, A from memory, 16 drawn shapes (n of 1 to 16, m of 73 to
 // 6793), both layouts, 1 and 2 threads: the other form took 1.25-1.34x the fitted
 // one's time in geometric mean per layout and thread count (0.83-2.37x; below 1.0 on
@@ -170,14 +171,20 @@ inline constexpr int kGemvTallPrefetchParam = 3;
 // L2); from 8 columns they read op(B)^T from L2 at every step, where a broadcast tile
 // reads one row of op(B) per k step. Per call `nn` at m of 6 to 700 and n of 3 to 6
 // (6 shapes), with its transposition the dot form took 1.03-1.56x the broadcasts'
-// time; at n of 1 and 2 (4 shapes) the broadcasts took 0.98-1.16x its time (bench/RESULTS.md,
-// "... keys with at most 16 columns of C run the tall kernels").
+// time; at n of 1 and 2 (4 shapes) the broadcasts took 0.98-1.16x its time. At
+// shallow depths, where a dot product is a few vectors and a horizontal sum per column
+// of C: with k <= 8n and n of 3 to 7 (7 drawn shapes, k of 9 to 41) the dot form took
+// 0.97-1.71x the broadcasts' time (1.44-1.71x at n of 6 and 7 with k of 9 to 16); at n
+// <= 2 (6 shapes, k of 9 to 38) and at 948 x 3 x 60 it took less than they
+// (bench/RESULTS.md, "... keys with at most 16 columns of C run the tall kernels").
 inline constexpr int64_t kGemvTallBroadcastMinN = 8;
-inline constexpr int64_t kGemvTallInPlaceBroadcastMinN = 3;
+inline constexpr int64_t kGemvTallNarrowBroadcastMinN = 3;
+inline constexpr int64_t kGemvTallShallowDepthPerColumn = 8;
 inline int32_t GemvTallDefaultForm(const OpKey& key) {
   const bool in_place_rows = !key.trans_b && !key.constant_weights;
-  return key.n() >= (in_place_rows ? kGemvTallInPlaceBroadcastMinN : kGemvTallBroadcastMinN) ? kGemvTallBroadcast
-                                                                                                : kGemvTallDot;
+  const bool shallow = key.k() <= kGemvTallShallowDepthPerColumn * key.n();
+  const bool narrow_broadcast = key.n() >= kGemvTallNarrowBroadcastMinN && (in_place_rows || shallow);
+  return key.n() >= kGemvTallBroadcastMinN || narrow_broadcast ? kGemvTallBroadcast : kGemvTallDot;
 }
 // supports(): n <= kGemvTallMaxN and A not transposed.
 Status GemvTallSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
@@ -202,7 +209,10 @@ Status GemvTallPackWeights(const KernelVariant& v, const OpKey& key, const Param
 // default before) took 2.14-2.75x the tall default's time in geometric mean per layout
 // and thread count (1.54-5.21x), the better of oneDNN (matmul, dnnl_sgemm) and
 // OpenBLAS 1.21-1.57x per call (0.92-3.37x) and 1.22-1.65x against the tall kernel
-// from packed weights (0.90-3.61x) (bench/RESULTS.md, as above).
+// from packed weights (0.90-3.61x). On 16 shapes drawn after (n of 1 to 16, m of 5 to
+// 8192): the old default 1.94-2.17x per call and 2.07-2.28x from packed weights, the
+// better library 1.15-1.30x and 1.17-1.36x (0.73-2.99x; below 0.9x only at a depth of
+// 16) (bench/RESULTS.md, as above).
 bool GemvTallPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 // Runs one call for validated args: the nt row kernel (dot form) or the tall one.
 Status GemvTallF32(const KernelVariant& v, const GemmArgs& args, const ParamValues& p, void (*rows)(const GemvTask&),
