@@ -708,13 +708,14 @@ void GemvPackedOddThreadCounts(const KernelVariant& v) {
 
 // ---- Tall variants (CG_GEMV_TALL rows): n <= 16 columns of C, any m ------------------
 
-Schedule TallWith(const KernelVariant& v, int threads, int mj, int form) {
-  return With(v, {{"threads", threads}, {"mj", mj}, {"form", form}});
+Schedule TallWith(const KernelVariant& v, int threads, int mj, int form, int prefetch = 1) {
+  return With(v, {{"threads", threads}, {"mj", mj}, {"form", form}, {"prefetch", prefetch}});
 }
 
 // Every n up to kGemvTallMaxN (AVX2: one and two vectors), m across the tiles of 8, 4,
 // 2 and 1 rows and the 16-row thread units, k from 1 to past a vector; both forms, both
-// layouts of B, every mj, from B as stored and from packed weights; padded rows.
+// layouts of B, every mj, with and without prefetch, from B as stored and from packed
+// weights; padded rows.
 void GemvTallShapes(const KernelVariant& v) {
   int seed = 0;
   for (int64_t n = 1; n <= cpu::kGemvTallMaxN; ++n)
@@ -725,7 +726,7 @@ void GemvTallShapes(const KernelVariant& v) {
           GemmTester t;
           t.shape(m, n, k).trans_b(seed % 2).packed_weights(seed % 3 == 1).seed(uint32_t(++seed));
           if (seed % 4 == 0) t.lda_pad(3).ldb_pad(5).ldc_pad(2);
-          if (!t.Test(TallWith(v, seed % 5 == 0 ? 3 : TwoThreads(), mj, form))) return;
+          if (!t.Test(TallWith(v, seed % 5 == 0 ? 3 : TwoThreads(), mj, form, seed % 7 == 0 ? 0 : 1))) return;
         }
 }
 

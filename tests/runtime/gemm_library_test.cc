@@ -479,7 +479,7 @@ bool OnednnRuleHolds(const OpKey& key, const DeviceInfo& d) {
 // weights reordered once for constant-weights keys, and as stored for per-call keys
 // where it runs as many threads as the own rule (through dnnl_sgemm where neither
 // operand is transposed and n > 64, or only B is, with k <= 128 or, on an Intel host,
-// m >= 512); the own 8x32 tile for the per-call keys where OwnTileNnHolds or
+// m >= 512 and n >= 256); the own 8x32 tile for the per-call keys where OwnTileNnHolds or
 // ShallowOwnTileHolds and those whose oneDNN threads are fewer; OpenBLAS for every
 // other large key.
 // Checked on the host, the same host seen as AVX2-only and with one thread, each as an
@@ -498,7 +498,8 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
                                            {60, 65, 1000},   {511, 300, 300},  {512, 300, 300},
                                            {3136, 513, 64},  {1024, 1024, 256}, {1024, 1024, 257}, {1024, 1025, 256},
                                            {513, 1024, 64},  {511, 1024, 64},   {3136, 256, 64},   {3136, 255, 64},
-                                           {2048, 256, 64},  {2049, 256, 64},   {3136, 256, 96},   {3136, 256, 97}};
+                                           {2048, 256, 64},  {2049, 256, 64},   {3136, 256, 96},   {3136, 256, 97},
+                                           {600, 256, 700},  {600, 255, 700},   {4000, 100, 1000}};
   ForEveryRuleKey(shapes, ShapeClass::kLarge, [&](const OpKey& key, const DeviceInfo& d, const Schedule& s) {
     if (const char* tile = LeastPaddingTile(key, d)) {
       EXPECT_STREQ(s.variant->name, tile) << s.ToString();
@@ -517,10 +518,10 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
     if (!want_onednn) return;
     EXPECT_EQ(s.params[s.variant->ParamIndex("reorder_b")], key.constant_weights ? 1 : 0) << s.ToString();
     // dnnl_sgemm: per-call nn with n > 64, and per-call nt with rows of B (k floats) of
-    // at most 512 B or, on an Intel host, m of 512 or more.
+    // at most 512 B or, on an Intel host, m of 512 or more and n of 256 or more.
+    const bool intel_wide = d.vendor == "GenuineIntel" && key.m() >= 512 && key.n() >= 256;
     const bool sgemm = !key.constant_weights && !key.trans_a &&
-                       ((!key.trans_b && key.n() > 64) ||
-                        (key.trans_b && (key.k() <= 128 || (d.vendor == "GenuineIntel" && key.m() >= 512))));
+                       ((!key.trans_b && key.n() > 64) || (key.trans_b && (key.k() <= 128 || intel_wide)));
     EXPECT_EQ(s.params[s.variant->ParamIndex("api")], sgemm ? 1 : 0) << s.ToString();
   });
 }

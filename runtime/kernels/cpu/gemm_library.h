@@ -117,7 +117,11 @@ void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInf
 //   took 1.36x the matmul's time at m of 17 to 64 (28 shapes, 1 and 2 threads), 1.14x
 //   at 65 to 256 (13) and 1.02x at 257 to 511 (4), in geometric mean, but 0.95x from m =
 //   kOnednnSgemmNtIntelMinM (9 shapes, 0.76-1.06x), where an Intel host calls it too
-//   ("Intel Xeon ...: per-call keys call oneDNN");
+//   ("Intel Xeon ...: per-call keys call oneDNN") if n is at least
+//   kOnednnSgemmNtIntelMinN. With fewer columns the matmul took 0.73-0.99x
+//   dnnl_sgemm's time on 1 and 2 threads (n of 19 to 169, 6 drawn shapes with k of 258
+//   to 3265), from n = 373 1.00-1.43x but for two rows of 0.94 and 0.96 (9 shapes;
+//   "Intel Xeon ...: per-call `nt` keys with few columns call the matmul");
 // - OnednnSkinnySgemmFits: decode steps of kOnednnSgemmMinM to 16 tokens, and
 //   OnednnSmallSgemmFits: keys of the small class, each in place of the own packed
 //   tile, where it is the built-in default too; OnednnSkinnyNtSgemmFits: `nt` decode
@@ -125,6 +129,7 @@ void OnednnFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInf
 inline constexpr int64_t kOnednnSgemmMinN = 65;
 inline constexpr int64_t kOnednnSgemmNtMaxRowBytes = 512;
 inline constexpr int64_t kOnednnSgemmNtIntelMinM = 512;
+inline constexpr int64_t kOnednnSgemmNtIntelMinN = 256;
 bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device);
 // Skinny per-call `nn` keys (m from kOnednnSgemmMinM to 16, n > 64) with m*n*k above
 // OnednnSkinnySgemmMinWork of the thread budget (one or two threads): on an AMD host

@@ -189,11 +189,12 @@ int64_t RowAliasOffset(const OpKey& key) { return RowBytesOfB(key) % kL1AliasByt
 
 // The `nt` dnnl_sgemm rule: a per-call large key with only B transposed, rows of B
 // up to kOnednnSgemmNtMaxRowBytes, or on an Intel host m of kOnednnSgemmNtIntelMinM
-// or more.
+// or more and n of kOnednnSgemmNtIntelMinN or more.
 bool PerCallNtSgemm(const OpKey& key, const DeviceInfo& device) {
+  const bool intel_wide = device.vendor == kCpuVendorIntel && key.m() >= kOnednnSgemmNtIntelMinM &&
+                          key.n() >= kOnednnSgemmNtIntelMinN;
   return !key.constant_weights && !key.trans_a && key.trans_b && ShapeClassOf(key) == ShapeClass::kLarge &&
-         (RowBytesOfB(key) <= kOnednnSgemmNtMaxRowBytes ||
-          (device.vendor == kCpuVendorIntel && key.m() >= kOnednnSgemmNtIntelMinM));
+         (RowBytesOfB(key) <= kOnednnSgemmNtMaxRowBytes || intel_wide);
 }
 
 }  // namespace

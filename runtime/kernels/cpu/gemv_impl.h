@@ -223,7 +223,7 @@ CG_INLINE void NTStore(const GemvTask& t, int i0, int64_t j, typename T::V (&acc
 // C[i0:i0+MI, j:j+NJ] from rows i0.. of A and rows j.. of B: at each k step the NJ
 // rows side by side, or (t.rows_whole) each row whole before the next, so that rows
 // stored one after another are read as one sequential stream.
-template <class T, int MI, int NJ>
+template <class T, int MI, int NJ, bool kPrefetch>
 CG_INLINE void NTTile(const GemvTask& t, int i0, int64_t j) {
   using V = typename T::V;
   constexpr int W = T::kWidth;
@@ -278,9 +278,9 @@ CG_INLINE void NTTile(const GemvTask& t, int i0, int64_t j) {
     return NTStore<T, MI, NJ>(t, i0, j, acc);
   }
   int64_t p = 0;
-  const int64_t next = NJ * t.ldb;  // the next tile's rows of B (t.prefetch: requested into L2)
+  const int64_t next = NJ * t.ldb;  // the next tile's rows of B (kPrefetch: requested into L2)
   for (; p + W <= t.k; p += W) {
-    if (t.prefetch)
+    if constexpr (kPrefetch)
 #pragma GCC unroll 8
       for (int q = 0; q < NJ; ++q) __builtin_prefetch(brow[q] + next + p, 0, 2);
     V av[MI];
@@ -318,34 +318,41 @@ constexpr int NTMaxRows() {
 }
 
 // Rows [i, i+r) of C, r < MI, against the NJ rows of B at j: one tile.
-template <class T, int NJ>
+template <class T, int NJ, bool kPrefetch>
 CG_INLINE void NTRest(const GemvTask& t, int i, int r, int64_t j) {
   switch (r) {
-    case 1: return NTTile<T, 1, NJ>(t, i, j);
-    case 2: if constexpr (NTMaxRows<T, NJ>() > 2) return NTTile<T, 2, NJ>(t, i, j); break;
-    case 3: if constexpr (NTMaxRows<T, NJ>() > 3) return NTTile<T, 3, NJ>(t, i, j); break;
+    case 1: return NTTile<T, 1, NJ, kPrefetch>(t, i, j);
+    case 2: if constexpr (NTMaxRows<T, NJ>() > 2) return NTTile<T, 2, NJ, kPrefetch>(t, i, j); break;
+    case 3: if constexpr (NTMaxRows<T, NJ>() > 3) return NTTile<T, 3, NJ, kPrefetch>(t, i, j); break;
   }
 }
 
 // Columns [j, j+NJ) of C for every row, in groups of MI rows and one smaller tile
 // for the rest: the NJ rows of B stay in L1/L2 while the row groups of A (in L2)
 // pass, so B comes from memory once whatever m is, and m <= MI is a single pass.
-template <class T, int NJ>
+template <class T, int NJ, bool kPrefetch>
 void NTColumnTile(const GemvTask& t, int64_t j) {
   constexpr int MI = NTMaxRows<T, NJ>();
   int i = 0;
-  for (; i + MI <= t.m; i += MI) NTTile<T, MI, NJ>(t, i, j);
+  for (; i + MI <= t.m; i += MI) NTTile<T, MI, NJ, kPrefetch>(t, i, j);
   if constexpr (MI > 1) {
-    if (i < t.m) NTRest<T, NJ>(t, i, t.m - i, j);
+    if (i < t.m) NTRest<T, NJ, kPrefetch>(t, i, t.m - i, j);
   }
 }
 
 // The task's columns: NJ-wide tiles, then single columns.
+template <class T, int NJ, bool kPrefetch>
+void NTRowsOf(const GemvTask& t) {
+  int64_t j = t.j0;
+  for (; j + NJ <= t.j1; j += NJ) NTColumnTile<T, NJ, kPrefetch>(t, j);
+  for (; j < t.j1; ++j) NTColumnTile<T, 1, kPrefetch>(t, j);
+}
+
+// Tall tasks may prefetch (tile order 0); the small-m ones do not.
 template <class T, int NJ>
 void NTRows(const GemvTask& t) {
-  int64_t j = t.j0;
-  for (; j + NJ <= t.j1; j += NJ) NTColumnTile<T, NJ>(t, j);
-  for (; j < t.j1; ++j) NTColumnTile<T, 1>(t, j);
+  if (t.prefetch) return NTRowsOf<T, NJ, true>(t);
+  NTRowsOf<T, NJ, false>(t);
 }
 
 // The register tile for a block of NJ = t.block rows of B.

@@ -35,10 +35,10 @@ struct GemvTask {
   float alpha, beta;
   int64_t j0, j1;
   int block;
-  int prefetch = 0;  // software prefetch (0 = off): packed panels, its distance in k rows; tall broadcasts, 1 = on
+  int prefetch = 0;  // software prefetch (0 = off): packed panels, its distance in k rows; tall tasks, 1 = on
   bool rows_whole = false;  // `order` 1: each row of B (nt) or of a C tile's columns (nn) read whole
   int step_rows = 0;  // nn steps at m = 1 (`unroll_k`): kGemvNNDeepStepRows, else as the registers allow
-  int64_t ldc_col = 1;  // nt kernels only
+  int64_t ldc_col = 1;  // tall tasks only
 };
 
 // Rows of B per nn step at m = 1 with `unroll_k` 16 (AVX-512): each row's vector goes

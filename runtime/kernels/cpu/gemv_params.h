@@ -146,8 +146,9 @@ void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
 Status GemvF32(const GemmArgs& args, const ParamValues& p, void (*rows)(const GemvTask&));
 
 // The tall variants (CG_GEMV_TALL rows): keys with at most kGemvTallMaxN columns of C
-// and A as stored, at any m (gemv_kernel.h, tall tasks). Parameter indices as the nt
-// variants' (kGemvThreads, kGemvBlock, then kGemvTallForm).
+// and A as stored, at any m (gemv_kernel.h, tall tasks). Parameter indices: the nt
+// variants' kGemvThreads and kGemvBlock (`mj`), then kGemvTallFormParam and
+// kGemvTallPrefetchParam.
 inline constexpr int64_t kGemvTallMaxN = GemvMaxM(true);
 enum GemvTallForm : int32_t { kGemvTallDot = 0, kGemvTallBroadcast = 1 };
 inline constexpr int kGemvTallFormParam = 2;
@@ -212,7 +213,8 @@ Status GemvTallPackWeights(const KernelVariant& v, const OpKey& key, const Param
 // from packed weights (0.90-3.61x). On 16 shapes drawn after (n of 1 to 16, m of 5 to
 // 8192): the old default 1.94-2.17x per call and 2.07-2.28x from packed weights, the
 // better library 1.15-1.30x and 1.17-1.36x (0.73-2.99x; below 0.9x only at a depth of
-// 16) (bench/RESULTS.md, as above).
+// 16, which the shallow clause of GemvTallDefaultForm, fitted after, gives the
+// broadcasts) (bench/RESULTS.md, as above).
 bool GemvTallPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
 // Runs one call for validated args: the nt row kernel (dot form) or the tall one.
 Status GemvTallF32(const KernelVariant& v, const GemmArgs& args, const ParamValues& p, void (*rows)(const GemvTask&),
