@@ -168,9 +168,10 @@ inline constexpr int kGemvTallPrefetchParam = 3;
 // 6793), both layouts, 1 and 2 threads: the other form took 1.25-1.34x the fitted
 // one's time in geometric mean per layout and thread count (0.83-2.37x; below 1.0 on
 // 6 of 64 rows, all at n of 6 and 8 with A of at most 190 KiB). Dot products compute n
-// columns per k vector and win in cache at small n (1.2-3.2x at n of 2 to 6, A in
-// L2); from 8 columns they read op(B)^T from L2 at every step, where a broadcast tile
-// reads one row of op(B) per k step. Per call `nn` at m of 6 to 700 and n of 3 to 6
+// columns per k vector (with the operands in cache the broadcasts took 1.16-2.99x their
+// time at n of 1 to 6, and 1.08-1.19x at n = 8, k = 256); from 8 columns they read
+// op(B)^T from L2 at every step where it is over L1, and a broadcast tile reads one
+// row of op(B) per k step. Per call `nn` at m of 6 to 700 and n of 3 to 6
 // (6 shapes), with its transposition the dot form took 1.03-1.56x the broadcasts'
 // time; at n of 1 and 2 (4 shapes) the broadcasts took 0.98-1.16x its time. At
 // shallow depths, where a dot product is a few vectors and a horizontal sum per column
