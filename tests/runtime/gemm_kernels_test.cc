@@ -1004,12 +1004,14 @@ TEST(CpuGemmTable, DecodeSizeKeysThreadByTheirWeights) {
 }
 
 // The own tiles' split on several threads: M (par = 1) when N has fewer panels than
-// threads, or for constant weights when m >= n with a panel of M per thread (an N
-// split would pack all of A on every thread); else N (par = 0).
+// threads, or for constant weights (per-call keys too on an Intel host) when m >= n
+// with a panel of M per thread (an N split would pack all of A on every thread); else
+// N (par = 0).
 TEST(CpuGemmTable, SeveralThreadsSplitMWhereNWouldRepackA) {
   CG_REQUIRE_VARIANT(v, "cpu_f32_gemm_6x16__avx2");
   DeviceInfo d = Host();
   d.threads = 2;
+  d.vendor = "AuthenticAMD";
   const auto par = [&](int64_t m, int64_t n, int64_t k, bool constant) {
     OpKey key = OpKey::Gemm(m, n, k, false, true);
     key.constant_weights = constant;
@@ -1018,10 +1020,16 @@ TEST(CpuGemmTable, SeveralThreadsSplitMWhereNWouldRepackA) {
     return s.params[cpu::kParamPar];
   };
   EXPECT_EQ(par(500, 77, 128, true), cpu::kParM);
-  EXPECT_EQ(par(500, 77, 128, false), cpu::kParN);   // per-call weights: B packed per thread's N range
+  EXPECT_EQ(par(500, 77, 128, false), cpu::kParN);   // per-call weights on AMD: B packed per thread's N range
   EXPECT_EQ(par(256, 256, 256, true), cpu::kParM);   // m = n
   EXPECT_EQ(par(64, 512, 256, true), cpu::kParN);    // m < n
   EXPECT_EQ(par(1000, 16, 256, false), cpu::kParM);  // one N panel for two threads
+  // On an Intel host per-call keys split M too where m >= n (each thread packs B).
+  d.vendor = "GenuineIntel";
+  EXPECT_EQ(par(500, 77, 128, false), cpu::kParM);
+  EXPECT_EQ(par(256, 256, 256, false), cpu::kParM);
+  EXPECT_EQ(par(255, 256, 256, false), cpu::kParN);  // m < n
+  EXPECT_EQ(par(64, 512, 256, false), cpu::kParN);
 }
 
 // One token with constant weights on AMD Zen 4 (family 25 with AVX-512): the AVX2

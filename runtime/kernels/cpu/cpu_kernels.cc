@@ -176,7 +176,8 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
   const GemmConfig& tile = v.config.gemm;
   const int64_t n_panels = (key.n() + tile.nr - 1) / tile.nr, m_panels = (key.m() + tile.mr - 1) / tile.mr;
   const bool n_short = n_panels < threads && m_panels > n_panels;
-  const bool a_packed_once = key.constant_weights && key.m() >= key.n() && m_panels >= threads;
+  const bool m_split_fits = key.m() >= key.n() && m_panels >= threads;
+  const bool a_packed_once = m_split_fits && (key.constant_weights || device.vendor == kCpuVendorIntel);
   if (threads > 1 && (n_short || a_packed_once)) p[kParamPar] = kParM;
   if (key.trans_b) {
     p[kParamPackB] = 1;

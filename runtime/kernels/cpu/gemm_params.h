@@ -177,7 +177,11 @@ Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p,
 // on packed weights the M split shares B without a barrier: on Zen 4, 2 threads,
 // 0.72-1.00x the time of the N split at m >= n, 29 of 30 rows below 0.98, geometric
 // mean 0.87; at m < n 0.86-1.27x; bench/RESULTS.md, "the own tiles for mid-size keys
-// on more threads"); pack_b = 0 for short M (B is then streamed once, packing it
+// on more threads"), and likewise per call on an Intel host, where each thread of the
+// M split packs B, the smaller operand at m >= n (2 threads, 9 shapes with k of 2 to
+// 128: 0.47-0.97x the time of the N split; held out on 16 drawn rows the N split took
+// 1.20x its time, 0.95-1.76x; "Intel Xeon ...: per-call own tiles on two threads split
+// M"); pack_b = 0 for short M (B is then streamed once, packing it
 // would cost more than it saves) unless B is transposed; order by GemmRowsOrderFits.
 void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
 // preferred_default(): for the AVX-512 tiles of an AVX-512 host (the first in the
