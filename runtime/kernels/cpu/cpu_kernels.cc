@@ -240,7 +240,7 @@ std::span<const KernelVariant> CpuKernelVariants() {
    &GemvPackedFitDefaults, {.gemm = &GemvPackedEntry<&name##_panels>}, {.gemm = {1, width}}, &OwnDefaultCandidates, \
    nullptr, &GemvPackedWeightsBytes, &GemvPackWeights, &GemvPackedPreferredDefault},
 #define CG_GEMV_TALL(isa, name, nt_name)                                                                      \
-  {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, kGemvTallSpecs, &GemvTallSupports, &GemvTallCheck,   \
+  {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, kGemvTallSpecs, &GemvTallSupports, &GemvCheck<true>, \
    &GemvTallFitDefaults, {.gemm = &GemvTallEntry<&nt_name##_rows, &name##_tall>}, {.gemm = {1, 1}},          \
    &OwnDefaultCandidates, nullptr, &GemvTallWeightsBytes, &GemvTallPackWeights, &GemvTallPreferredDefault},
 #include "kernels/cpu/gemv_f32.inc"

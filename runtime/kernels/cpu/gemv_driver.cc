@@ -254,10 +254,6 @@ bool GemvTallPreferredDefault(const KernelVariant& v, const OpKey& key, const De
   return GemvTallSupports(v, key, device).ok() && key.m() > GemvMaxM(key.trans_b);
 }
 
-Status GemvTallCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device) {
-  return GemvCheck<true>(v, key, p, device);
-}
-
 void GemvTallFitDefaults(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
   const double a_bytes = double(key.m()) * double(key.k()) * double(DTypeSize(key.dtype));
   p[kGemvThreads] = ThreadsWithin(a_bytes / kGemvBytesPerThread, device);

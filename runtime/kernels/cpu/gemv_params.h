@@ -190,8 +190,7 @@ inline int32_t GemvTallDefaultForm(const OpKey& key) {
 }
 // supports(): n <= kGemvTallMaxN and A not transposed.
 Status GemvTallSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
-// check(): threads <= device.threads.
-Status GemvTallCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p, const DeviceInfo& device);
+// check(): the nt variants' (GemvCheck<true>: threads <= device.threads).
 // fit_defaults(): threads from the bytes of A (each thread streams at least
 // kGemvBytesPerThread); mj 8; form GemvTallDefaultForm; prefetch 1 from n = 2. On the
 // Intel host, paired, A from memory, on the 16 fitting shapes of GemvTallDefaultForm:
