@@ -1069,27 +1069,37 @@ TEST(CpuGemmTable, ZenFourDecodesOneTokenOnTheAvx2PackedKernel) {
 
 
 // What the own vector variants propose to the tuner per key: the fitted default
-// first; on a compute-bound key deeper than the fitted kc, the variants of the
-// host's widest ISA also the deep-k blocking, and those of a narrower ISA nothing;
-// the portable variant nothing. An AVX-512 host with 2 MiB of L2 (the rule reads
-// the device, not this machine).
+// first; on a compute-bound key deeper than the declared kc (384), the variants of
+// the host's widest ISA also the deep-k blocking (4 micro-panels of A), and those of
+// a narrower ISA nothing; the portable variant nothing. The 14x32's fitted blocking
+// is itself deep on the wide constant-weights keys of GemmDeepKDefaultHolds, with
+// its declared mc. An Intel AVX-512 host with 2 MiB of L2 (the rule reads the
+// device, not this machine).
 TEST(CpuGemmTable, OwnVariantsProposeFittedThenDeepK) {
   DeviceInfo d = Host();
   d.isa = kIsaScalar | kIsaAvx2 | kIsaAvx512;
   d.arch = "avx512";
+  d.vendor = "GenuineIntel";
   d.l2_bytes = int64_t{2} << 20;
   struct Case {
     OpKey key;
     bool compute_bound;
   };
-  const Case cases[] = {{OpKey::Gemm(128, 768, 3072), true},
+  auto constant = [](OpKey key) {
+    key.constant_weights = true;
+    return key;
+  };
+  const Case cases[] = {{constant(OpKey::Gemm(128, 768, 3072)), true},
+                        {constant(OpKey::Gemm(2048, 1024, 1500, false, true)), true},
+                        {constant(OpKey::Gemm(64, 512, 385)), true},
+                        {OpKey::Gemm(128, 768, 3072), true},
                         {OpKey::Gemm(1024, 1024, 1024, false, true), true},
                         {OpKey::Gemm(128, 768, 256), true},
                         {OpKey::Gemm(2048, 2048, 64), true},
                         {OpKey::Gemm(1536, 1000, 2000, false, true), true},
                         {OpKey::Gemm(16, 4096, 4096), false},
                         {OpKey::Gemm(4, 4096, 4096, false, true), false}};
-  int deep = 0, silent = 0;
+  int deep = 0, silent = 0, deep_fitted = 0;
   for (const Case& c : cases) {
     for (const KernelVariant& v : cpu::CpuKernelVariants()) {
       if (v.op != OpKind::kGemm || !v.candidates || !VariantSupports(v, c.key, d).ok()) continue;
@@ -1105,7 +1115,17 @@ TEST(CpuGemmTable, OwnVariantsProposeFittedThenDeepK) {
       ASSERT_FALSE(proposals.empty()) << v.name;
       const Schedule fitted = VariantDefaultSchedule(v, c.key, d);
       EXPECT_EQ(Schedule({&v, proposals[0]}).ToString(), fitted.ToString());
-      const bool deeper = tile && c.compute_bound && c.key.k() > fitted.params[cpu::kParamKc];
+      const int mr = tile ? v.config.gemm.mr : 1, nr = tile ? v.config.gemm.nr : 1;
+      const bool deep_default = mr == cpu::kGemmDeepKDefaultTile.mr && nr == cpu::kGemmDeepKDefaultTile.nr &&
+                                cpu::GemmDeepKDefaultHolds(c.key, d);
+      EXPECT_EQ(deep_default, c.key.constant_weights && mr == 14 && nr == 32) << v.name << " " << c.key.ToString();
+      if (deep_default) {
+        EXPECT_EQ(fitted.params[cpu::kParamKc], cpu::GemmDeepKc(mr, nr, c.key.m(), c.key.k(), d.l2_bytes));
+        EXPECT_EQ(fitted.params[cpu::kParamMc], cpu::GemmDefaultMc(mr));
+      } else if (tile) {
+        EXPECT_EQ(fitted.params[cpu::kParamKc], cpu::GemmDefaultKc(nr)) << v.name << " " << c.key.ToString();
+      }
+      const bool deeper = tile && c.compute_bound && c.key.k() > cpu::GemmDefaultKc(nr);
       const bool shallow =
           tile && std::min<int64_t>(c.key.k(), fitted.params[cpu::kParamKc]) <= cpu::kGemmRowsOrderMaxKc;
       ASSERT_EQ(proposals.size(), 1u + shallow + deeper) << v.name << " " << c.key.ToString();
@@ -1115,10 +1135,9 @@ TEST(CpuGemmTable, OwnVariantsProposeFittedThenDeepK) {
           EXPECT_EQ(proposals[1][i] != fitted.params[i], i == cpu::kParamOrder) << v.name << " param " << i;
       if (!deeper) continue;
       const ParamValues& p = proposals.back();
-      const int mr = v.config.gemm.mr, nr = v.config.gemm.nr;
       EXPECT_EQ(p[cpu::kParamMc], cpu::kGemmDeepKPanels * mr) << v.name;
       EXPECT_EQ(p[cpu::kParamKc], cpu::GemmDeepKc(mr, nr, c.key.m(), c.key.k(), d.l2_bytes)) << v.name;
-      EXPECT_GT(p[cpu::kParamKc], fitted.params[cpu::kParamKc]) << v.name;
+      EXPECT_GT(p[cpu::kParamKc], cpu::GemmDefaultKc(nr)) << v.name;
       const bool one_pass = p[cpu::kParamKc] > cpu::kGemmDeepKMaxKc;
       EXPECT_EQ(one_pass, c.key.m() >= cpu::kGemmOnePassMinM && c.key.k() > cpu::kGemmDeepKMaxKc) << v.name;
       if (one_pass) EXPECT_GE(p[cpu::kParamKc], c.key.k()) << v.name;
@@ -1127,10 +1146,12 @@ TEST(CpuGemmTable, OwnVariantsProposeFittedThenDeepK) {
       for (int i = 0; i < cpu::kNumGemmParams; ++i)
         if (i != cpu::kParamMc && i != cpu::kParamKc) EXPECT_EQ(p[i], fitted.params[i]) << v.name << " param " << i;
       ++deep;
+      deep_fitted += deep_default;
     }
   }
   if (deep == 0) GTEST_SKIP() << "this build has no AVX-512 GEMM variants";
   EXPECT_GT(silent, 0);
+  EXPECT_EQ(deep_fitted, 3);
 }
 
 // The fitted loop order (GemmRowsOrderFits): rows of C outer on an Intel AVX-512 host

@@ -415,6 +415,15 @@ bool TileRuleHolds(const OpKey& key, const DeviceInfo& d) {
   return (d.vendor == "GenuineIntel" && (key.n() >= 512 || narrow_rows_first)) || (d.threads > 1 && key.Flops() < 80e6);
 }
 
+// Its deep-k share (GemmDeepKDefaultHolds): constant weights on an Intel AVX-512
+// host whose L2 size is known, m of 64 or more, n of 512 or more and k above 384 run
+// the 14x32 tile with the deep-k depth block (GemmDeepKc) and the declared mc.
+bool DeepKRuleHolds(const OpKey& key, const DeviceInfo& d) {
+  return key.constant_weights && d.vendor == "GenuineIntel" && (d.isa & kIsaAvx512) && d.l2_bytes > 0 &&
+         key.m() >= 64 &&
+         key.n() >= 512 && key.k() > 384;
+}
+
 // Its AMD share by m (GemmLeastPaddingHolds): constant weights, m of 17 to 47 and n of
 // 512 or more on an AMD AVX-512 host, on any thread budget, run the tile of 14, 8 or 6
 // rows that pads m least (more rows on ties), written out here for the m of the test's
@@ -472,7 +481,8 @@ bool OnednnRuleHolds(const OpKey& key, const DeviceInfo& d) {
 }
 
 // The measured rule for large keys (cpu_kernels.cc, gemm_params.h, gemm_library.h):
-// the own tile of LeastPaddingTile where it names one; the own 8x32 tile for wide
+// the own tile of LeastPaddingTile where it names one; the 14x32 with deep k where
+// DeepKRuleHolds; the own 8x32 tile for wide
 // constant-weights keys on an Intel AVX-512 host and for those of less than 80 MFLOP
 // on more than one thread; else
 // oneDNN's matmul on an AVX-512 host where it may use the thread budget, with its
@@ -499,10 +509,20 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
                                            {3136, 513, 64},  {1024, 1024, 256}, {1024, 1024, 257}, {1024, 1025, 256},
                                            {513, 1024, 64},  {511, 1024, 64},   {3136, 256, 64},   {3136, 255, 64},
                                            {2048, 256, 64},  {2049, 256, 64},   {3136, 256, 96},   {3136, 256, 97},
-                                           {600, 256, 700},  {600, 255, 700},   {4000, 100, 1000}};
+                                           {600, 256, 700},  {600, 255, 700},   {4000, 100, 1000},
+                                           {64, 512, 385},   {63, 512, 1000},   {64, 511, 1000},   {64, 512, 384},
+                                           {1024, 1024, 1500}, {3000, 5000, 600}};
   ForEveryRuleKey(shapes, ShapeClass::kLarge, [&](const OpKey& key, const DeviceInfo& d, const Schedule& s) {
     if (const char* tile = LeastPaddingTile(key, d)) {
       EXPECT_STREQ(s.variant->name, tile) << s.ToString();
+      return;
+    }
+    if (DeepKRuleHolds(key, d)) {
+      EXPECT_STREQ(s.variant->name, "cpu_f32_gemm_14x32__avx512") << s.ToString();
+      EXPECT_EQ(s.params[s.variant->ParamIndex("kc")], cpu::GemmDeepKc(14, 32, key.m(), key.k(), d.l2_bytes))
+          << s.ToString();
+      EXPECT_GT(s.params[s.variant->ParamIndex("kc")], 384) << s.ToString();
+      EXPECT_EQ(s.params[s.variant->ParamIndex("mc")], 112) << s.ToString();
       return;
     }
     if (TileRuleHolds(key, d) ||

@@ -119,12 +119,12 @@ std::vector<ParamValues> GemmCandidates(const KernelVariant& v, const OpKey& key
   if (!compute_bound) return out;
   const GemmConfig& tile = v.config.gemm;
   const int32_t kc = GemmDeepKc(tile.mr, tile.nr, key.m(), key.k(), device.l2_bytes);
-  if (key.k() > out[0][kParamKc] && kc > out[0][kParamKc]) {
+  if (key.k() > GemmDefaultKc(tile.nr) && kc > GemmDefaultKc(tile.nr)) {
     ParamValues deep = out[0];
     deep[kParamMc] = kGemmDeepKPanels * tile.mr;
     deep[kParamKc] = kc;
     deep[kParamOrder] = GemmRowsOrderFits(key, kc, deep[kParamNc], device) ? kOrderRowsOfC : kOrderPanelsOfB;
-    out.push_back(deep);
+    if (deep != out[0]) out.push_back(deep);
   }
   return out;
 }
@@ -185,6 +185,11 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
              key.n() * int64_t(DTypeSize(key.dtype)) < kInPlaceBMaxRowBytes) {
     p[kParamPackB] = 0;
   }
+  if (tile.mr == kGemmDeepKDefaultTile.mr && tile.nr == kGemmDeepKDefaultTile.nr &&
+      GemmDeepKDefaultHolds(key, device)) {
+    if (const int32_t kc = GemmDeepKc(tile.mr, tile.nr, key.m(), key.k(), device.l2_bytes); kc > p[kParamKc])
+      p[kParamKc] = kc;
+  }
   if (GemmRowsOrderFits(key, p[kParamKc], p[kParamNc], device)) p[kParamOrder] = kOrderRowsOfC;
 }
 
@@ -213,6 +218,12 @@ bool GemmLeastPaddingHolds(const OpKey& key, const DeviceInfo& device) {
          key.m() > kGemvMaxM && key.m() <= kGemmLeastPaddingMaxM && key.n() >= kGemmWideDefaultMinN;
 }
 
+bool GemmDeepKDefaultHolds(const OpKey& key, const DeviceInfo& device) {
+  return key.constant_weights && device.vendor == kCpuVendorIntel && (device.isa & kIsaAvx512) != 0 &&
+         device.l2_bytes > 0 && key.m() >= kGemmComputeBoundMinM && key.n() >= kGemmWideDefaultMinN &&
+         key.k() > GemmDefaultKc(kGemmDeepKDefaultTile.nr);
+}
+
 bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
   if (v.isa != kIsaAvx512 || (device.isa & kIsaAvx512) == 0) return false;
 #ifdef CLIFFGUARD_WITH_ONEDNN
@@ -220,6 +231,8 @@ bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const Device
 #endif
   if (!key.constant_weights) return false;
   if (GemmLeastPaddingHolds(key, device)) return v.config.gemm.mr == GemmLeastPaddingRows(key.m());
+  if (GemmDeepKDefaultHolds(key, device))
+    return v.config.gemm.mr == kGemmDeepKDefaultTile.mr && v.config.gemm.nr == kGemmDeepKDefaultTile.nr;
   if (GemmTileDefault(key, device)) return true;
   if (key.m() <= kGemvPackedMaxM || key.m() > kGemvMaxM || key.n() < v.config.gemm.nr) return false;
   if (device.vendor == kCpuVendorAmd && key.m() <= kGemmOnePanelMaxM)

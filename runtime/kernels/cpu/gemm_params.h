@@ -122,7 +122,7 @@ int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device);
 // vector variant proposes its fitted default, the tile variants (after it) also in
 // the other `order` where its first depth block is at most kGemmRowsOrderMaxKc deep;
 // on compute-bound keys (m of at least kGemmComputeBoundMinM) whose k is deeper than
-// the fitted kc, the variants of the host's widest ISA also propose the deep-k
+// the declared kc, the variants of the host's widest ISA also propose the deep-k
 // blocking (mc = kGemmDeepKPanels mr, kc from GemmDeepKc: fewer passes over C), and
 // those of a narrower ISA propose nothing (half the FMA width; none of them won such
 // a key in four serving-table tunings).
@@ -182,7 +182,8 @@ Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p,
 // 128: 0.47-0.97x the time of the N split; held out on 16 drawn rows the N split took
 // 1.20x its time, 0.95-1.76x; "Intel Xeon ...: per-call own tiles on two threads split
 // M"); pack_b = 0 for short M (B is then streamed once, packing it
-// would cost more than it saves) unless B is transposed; order by GemmRowsOrderFits.
+// would cost more than it saves) unless B is transposed; kc from GemmDeepKc on
+// kGemmDeepKDefaultTile where GemmDeepKDefaultHolds; order by GemmRowsOrderFits.
 void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
 // preferred_default(): for the AVX-512 tiles of an AVX-512 host (the first in the
 // table, 8x32, takes them), constant-weights keys
@@ -203,7 +204,8 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
 //   8x32); against oneDNN, which had m of 9 to 11 with large weights on one thread,
 //   0.66-0.78x its time there;
 // - and those above kGemvMaxM that GemmTileDefault gives the own tiles, on the tile
-//   of GemmLeastPaddingRows where GemmLeastPaddingHolds;
+//   of GemmLeastPaddingRows where GemmLeastPaddingHolds, on the deep-k tile where
+//   GemmDeepKDefaultHolds;
 // and per-call keys of PerCallOwnTile (gemm_library.h; built with oneDNN).
 inline constexpr int64_t kGemmSmallMTileMinM = 12;
 inline constexpr int64_t kGemmOnePanelMaxM = 14;
@@ -280,5 +282,22 @@ constexpr int GemmLeastPaddingRows(int64_t m) {
   return best;
 }
 bool GemmLeastPaddingHolds(const OpKey& key, const DeviceInfo& device);
+
+// Wide constant-weights keys of GemmTileDefault on an Intel AVX-512 host whose L2 size
+// is known (n of at least kGemmWideDefaultMinN) that are compute-bound (m of at least
+// kGemmComputeBoundMinM) and deeper than the declared kc run kGemmDeepKDefaultTile
+// with the deep-k depth block: kc from GemmDeepKc, mc as declared (8 micro-panels).
+// Below k each depth block reads and writes all of C once more, and the 14x32 loads
+// fewer operands per FMA than the 8x32. On the Intel Xeon (family 6 model 167),
+// paired, weights from memory, both layouts, 1 and 2 threads (bench/RESULTS.md, "...
+// wide constant weights deeper than 384 run the 14x32 with deep k"): on 12 drawn
+// shapes with m of 66 to 2483 and k of 417 to 4962 it took 0.93-0.96x the fitted
+// 8x32's time in geometric mean per layout and thread count (0.77-1.08x); with 4
+// micro-panels of A 0.96-1.00x, the 8x32 and 6x64 with deep k 1.01-1.07x; on 16
+// drawn after, the old default took 1.06-1.07x its time (0.98-1.17x) and the better
+// of oneDNN and OpenBLAS 1.06-1.09x (0.97-1.30x). AMD hosts keep the 8x32 (not
+// measured there).
+inline constexpr GemmConfig kGemmDeepKDefaultTile{14, 32};
+bool GemmDeepKDefaultHolds(const OpKey& key, const DeviceInfo& device);
 
 }  // namespace cliffguard::cpu
