@@ -1116,8 +1116,8 @@ TEST(CpuGemmTable, OwnVariantsProposeFittedThenDeepK) {
       const Schedule fitted = VariantDefaultSchedule(v, c.key, d);
       EXPECT_EQ(Schedule({&v, proposals[0]}).ToString(), fitted.ToString());
       const int mr = tile ? v.config.gemm.mr : 1, nr = tile ? v.config.gemm.nr : 1;
-      const bool deep_default = mr == cpu::kGemmDeepKDefaultTile.mr && nr == cpu::kGemmDeepKDefaultTile.nr &&
-                                cpu::GemmDeepKDefaultHolds(c.key, d);
+      const bool deep_default =
+          tile && v.config.gemm == cpu::kGemmDeepKDefaultTile && cpu::GemmDeepKDefaultHolds(c.key, d);
       EXPECT_EQ(deep_default, c.key.constant_weights && mr == 14 && nr == 32) << v.name << " " << c.key.ToString();
       if (deep_default) {
         EXPECT_EQ(fitted.params[cpu::kParamKc], cpu::GemmDeepKc(mr, nr, c.key.m(), c.key.k(), d.l2_bytes));

@@ -420,8 +420,7 @@ bool TileRuleHolds(const OpKey& key, const DeviceInfo& d) {
 // the 14x32 tile with the deep-k depth block (GemmDeepKc) and the declared mc.
 bool DeepKRuleHolds(const OpKey& key, const DeviceInfo& d) {
   return key.constant_weights && d.vendor == "GenuineIntel" && (d.isa & kIsaAvx512) && d.l2_bytes > 0 &&
-         key.m() >= 64 &&
-         key.n() >= 512 && key.k() > 384;
+         key.m() >= 64 && key.n() >= 512 && key.k() > 384;
 }
 
 // Its AMD share by m (GemmLeastPaddingHolds): constant weights, m of 17 to 47 and n of

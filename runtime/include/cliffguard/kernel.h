@@ -150,6 +150,7 @@ using GemmFn = Status (*)(const KernelVariant& self, const GemmArgs& args, const
 // Fixed parameters of a GEMM kernel: the register tile of its micro-kernel.
 struct GemmConfig {
   int mr = 1, nr = 1;
+  friend constexpr bool operator==(const GemmConfig&, const GemmConfig&) = default;
 };
 
 // Runs one conv2d with the given parameter values (ValidateConv2dArgs, CheckSchedule

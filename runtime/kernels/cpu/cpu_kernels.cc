@@ -185,11 +185,8 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
              key.n() * int64_t(DTypeSize(key.dtype)) < kInPlaceBMaxRowBytes) {
     p[kParamPackB] = 0;
   }
-  if (tile.mr == kGemmDeepKDefaultTile.mr && tile.nr == kGemmDeepKDefaultTile.nr &&
-      GemmDeepKDefaultHolds(key, device)) {
-    if (const int32_t kc = GemmDeepKc(tile.mr, tile.nr, key.m(), key.k(), device.l2_bytes); kc > p[kParamKc])
-      p[kParamKc] = kc;
-  }
+  if (tile == kGemmDeepKDefaultTile && GemmDeepKDefaultHolds(key, device))
+    p[kParamKc] = std::max(p[kParamKc], GemmDeepKc(tile.mr, tile.nr, key.m(), key.k(), device.l2_bytes));
   if (GemmRowsOrderFits(key, p[kParamKc], p[kParamNc], device)) p[kParamOrder] = kOrderRowsOfC;
 }
 
@@ -232,7 +229,7 @@ bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const Device
   if (!key.constant_weights) return false;
   if (GemmLeastPaddingHolds(key, device)) return v.config.gemm.mr == GemmLeastPaddingRows(key.m());
   if (GemmDeepKDefaultHolds(key, device))
-    return v.config.gemm.mr == kGemmDeepKDefaultTile.mr && v.config.gemm.nr == kGemmDeepKDefaultTile.nr;
+    return v.config.gemm == kGemmDeepKDefaultTile;
   if (GemmTileDefault(key, device)) return true;
   if (key.m() <= kGemvPackedMaxM || key.m() > kGemvMaxM || key.n() < v.config.gemm.nr) return false;
   if (device.vendor == kCpuVendorAmd && key.m() <= kGemmOnePanelMaxM)
