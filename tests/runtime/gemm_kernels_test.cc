@@ -1089,9 +1089,9 @@ TEST(CpuGemmTable, OwnVariantsProposeFittedThenDeepK) {
     key.constant_weights = true;
     return key;
   };
-  const Case cases[] = {{constant(OpKey::Gemm(128, 768, 3072)), true},
+  const Case cases[] = {{constant(OpKey::Gemm(112, 768, 3072)), true},
                         {constant(OpKey::Gemm(2048, 1024, 1500, false, true)), true},
-                        {constant(OpKey::Gemm(64, 512, 385)), true},
+                        {constant(OpKey::Gemm(66, 512, 385)), true},
                         {OpKey::Gemm(128, 768, 3072), true},
                         {OpKey::Gemm(1024, 1024, 1024, false, true), true},
                         {OpKey::Gemm(128, 768, 256), true},

@@ -416,11 +416,13 @@ bool TileRuleHolds(const OpKey& key, const DeviceInfo& d) {
 }
 
 // Its deep-k share (GemmDeepKDefaultHolds): constant weights on an Intel AVX-512
-// host whose L2 size is known, m of 64 or more, n of 512 or more and k above 384 run
-// the 14x32 tile with the deep-k depth block (GemmDeepKc) and the declared mc.
+// host whose L2 size is known, m of 64 or more, n of 512 or more and k above 384,
+// where the 14x32 computes at most 1.06x the rows of the 8x32 (m padded to 14 and to
+// 8), run the 14x32 tile with the deep-k depth block (GemmDeepKc) and the declared mc.
 bool DeepKRuleHolds(const OpKey& key, const DeviceInfo& d) {
+  const int64_t rows14 = (key.m() + 13) / 14 * 14, rows8 = (key.m() + 7) / 8 * 8;
   return key.constant_weights && d.vendor == "GenuineIntel" && (d.isa & kIsaAvx512) && d.l2_bytes > 0 &&
-         key.m() >= 64 && key.n() >= 512 && key.k() > 384;
+         key.m() >= 64 && key.n() >= 512 && key.k() > 384 && rows14 * 100 <= rows8 * 106;
 }
 
 // Its AMD share by m (GemmLeastPaddingHolds): constant weights, m of 17 to 47 and n of
@@ -509,8 +511,9 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
                                            {513, 1024, 64},  {511, 1024, 64},   {3136, 256, 64},   {3136, 255, 64},
                                            {2048, 256, 64},  {2049, 256, 64},   {3136, 256, 96},   {3136, 256, 97},
                                            {600, 256, 700},  {600, 255, 700},   {4000, 100, 1000},
-                                           {64, 512, 385},   {63, 512, 1000},   {64, 511, 1000},   {64, 512, 384},
-                                           {1024, 1024, 1500}, {3000, 5000, 600}};
+                                           {66, 512, 385},   {63, 512, 1000},   {66, 511, 1000},   {66, 512, 384},
+                                           {64, 512, 1000},  {128, 4096, 4096}, {112, 4096, 4096}, {141, 1024, 1000},
+                                           {157, 1024, 1000}, {1024, 1024, 1500}, {3000, 5000, 600}};
   ForEveryRuleKey(shapes, ShapeClass::kLarge, [&](const OpKey& key, const DeviceInfo& d, const Schedule& s) {
     if (const char* tile = LeastPaddingTile(key, d)) {
       EXPECT_STREQ(s.variant->name, tile) << s.ToString();

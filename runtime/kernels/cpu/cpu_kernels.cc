@@ -218,7 +218,9 @@ bool GemmLeastPaddingHolds(const OpKey& key, const DeviceInfo& device) {
 bool GemmDeepKDefaultHolds(const OpKey& key, const DeviceInfo& device) {
   return key.constant_weights && device.vendor == kCpuVendorIntel && (device.isa & kIsaAvx512) != 0 &&
          device.l2_bytes > 0 && key.m() >= kGemmComputeBoundMinM && key.n() >= kGemmWideDefaultMinN &&
-         key.k() > GemmDefaultKc(kGemmDeepKDefaultTile.nr);
+         key.k() > GemmDefaultKc(kGemmDeepKDefaultTile.nr) &&
+         double(RoundUp(key.m(), kGemmDeepKDefaultTile.mr)) <=
+             kGemmDeepKMaxPaddedRows * double(RoundUp(key.m(), kGemmDefaultTile.mr));
 }
 
 bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {

@@ -248,7 +248,8 @@ inline constexpr int64_t kGemmRowsOrderDefaultMinN = 256;
 inline constexpr int64_t kGemmRowsOrderDefaultMaxK = 96;
 // The columns of the tile that takes the own tiles' defaults (the 8x32, first among
 // the AVX-512 tiles).
-inline constexpr int kGemmDefaultTileNr = 32;
+inline constexpr GemmConfig kGemmDefaultTile{8, 32};
+inline constexpr int kGemmDefaultTileNr = kGemmDefaultTile.nr;
 // GemmRowsOrderFits for that tile's fitted blocking (kc and nc): the order its default
 // schedule runs, which the rule above and PerCallOwnTile (gemm_library.h) decide on.
 bool GemmDefaultTileRowsFirst(const OpKey& key, const DeviceInfo& device);
@@ -296,8 +297,14 @@ bool GemmLeastPaddingHolds(const OpKey& key, const DeviceInfo& device);
 // micro-panels of A 0.96-1.00x, the 8x32 and 6x64 with deep k 1.01-1.07x; on 16
 // drawn after, the old default took 1.06-1.07x its time (0.98-1.17x) and the better
 // of oneDNN and OpenBLAS 1.06-1.09x (0.97-1.30x). AMD hosts keep the 8x32 (not
-// measured there).
+// measured there). Keys whose m the 14x32 pads to more than kGemmDeepKMaxPaddedRows
+// times the rows the 8x32 computes keep the 8x32 too: on the BERT and 7B serving
+// shapes at m = 128 (1.09x the rows) the 8x32 took 0.963x the 14x32's time in
+// geometric mean (0.92-1.10x), at m = 71 (1.17x) 0.93-1.01x, at 141 and 144 (1.07x)
+// 0.98-1.02x, where at m = 73, 75 and 157 (1.05x) and from 256 the 14x32 was level
+// or ahead (bench/RESULTS.md, "... the rows the 14x32 pads").
 inline constexpr GemmConfig kGemmDeepKDefaultTile{14, 32};
+inline constexpr double kGemmDeepKMaxPaddedRows = 1.06;
 bool GemmDeepKDefaultHolds(const OpKey& key, const DeviceInfo& device);
 
 }  // namespace cliffguard::cpu
