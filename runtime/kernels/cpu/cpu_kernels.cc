@@ -199,7 +199,7 @@ bool GemmRowsOrderFits(const OpKey& key, int32_t kc, int32_t nc, const DeviceInf
 }
 
 bool GemmDefaultTileRowsFirst(const OpKey& key, const DeviceInfo& device) {
-  return GemmRowsOrderFits(key, GemmDefaultKc(kGemmDefaultTileNr), GemmDefaultNc(kGemmDefaultTileNr), device);
+  return GemmRowsOrderFits(key, GemmDefaultKc(kGemmDefaultTile.nr), GemmDefaultNc(kGemmDefaultTile.nr), device);
 }
 
 bool GemmTileDefault(const OpKey& key, const DeviceInfo& device) {

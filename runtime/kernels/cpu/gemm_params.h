@@ -246,10 +246,9 @@ bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const Device
 inline constexpr int64_t kGemmWideDefaultMinN = 512;
 inline constexpr int64_t kGemmRowsOrderDefaultMinN = 256;
 inline constexpr int64_t kGemmRowsOrderDefaultMaxK = 96;
-// The columns of the tile that takes the own tiles' defaults (the 8x32, first among
-// the AVX-512 tiles).
+// The tile that takes the own tiles' defaults (the 8x32, first among the AVX-512
+// tiles).
 inline constexpr GemmConfig kGemmDefaultTile{8, 32};
-inline constexpr int kGemmDefaultTileNr = kGemmDefaultTile.nr;
 // GemmRowsOrderFits for that tile's fitted blocking (kc and nc): the order its default
 // schedule runs, which the rule above and PerCallOwnTile (gemm_library.h) decide on.
 bool GemmDefaultTileRowsFirst(const OpKey& key, const DeviceInfo& device);
