@@ -330,56 +330,58 @@ TEST(CpuGemmTable, NtTilesReadShortRowsWholeOnAmd) {
   EXPECT_EQ(order(kCpuVendorIntel, 1, 1, 64), 0);
 }
 
-// nn defaults keep a tile of C in registers for all of k on AMD CPUs where rows of B
-// are up to 1 KiB and a thread's columns fit the tile (AVX2, m = 1: 12 vectors); with
-// more threads than one they split k where all of n fits it.
-TEST(CpuGemmTable, NnTilesOfCStayInRegistersOnAmd) {
-  CG_REQUIRE_VARIANT(v, "cpu_f32_gemv_nn__avx2");
-  const auto order = [&](std::string_view vendor, int64_t m, int64_t n) {
-    return DefaultOn(*v, vendor, 1, OpKey::Gemm(m, n, 2048)).params[cpu::kGemvOrder];
-  };
-  EXPECT_EQ(order(kCpuVendorAmd, 1, 64), 1);
-  EXPECT_EQ(order(kCpuVendorAmd, 1, 96), 1);
-  EXPECT_EQ(order(kCpuVendorAmd, 1, 97), 0);   // 13 vectors
-  EXPECT_EQ(order(kCpuVendorAmd, 4, 16), 1);   // 2 vectors of 4 rows
-  EXPECT_EQ(order(kCpuVendorAmd, 4, 17), 0);
-  EXPECT_EQ(order(kCpuVendorIntel, 1, 64), 0);
-  CG_REQUIRE_VARIANT(w, "cpu_f32_gemv_nn__avx512");
-  EXPECT_EQ(DefaultOn(*w, kCpuVendorAmd, 1, OpKey::Gemm(1, 256, 2048)).params[cpu::kGemvOrder], 1);  // 1 KiB rows
-  // 2 KiB rows on 2 threads: steps, threads splitting k (next test)
-  EXPECT_EQ(DefaultOn(*w, kCpuVendorAmd, 2, OpKey::Gemm(1, 512, 2048)).params[cpu::kGemvOrder],
-            cpu::kGemvNNStepsSplitK);
-  // More threads: they split k where all of n fits the tile, else n with the tile per
-  // thread.
-  const Schedule by_k = DefaultOn(*w, kCpuVendorAmd, 8, OpKey::Gemm(1, 256, 2048));
-  EXPECT_EQ(by_k.params[cpu::kGemvThreads], 8);
-  EXPECT_EQ(by_k.params[cpu::kGemvOrder], cpu::kGemvNNTileSplitK);
-  const Schedule by_n = DefaultOn(*w, kCpuVendorAmd, 8, OpKey::Gemm(4, 128, 2048));  // a tile of 6 vectors at m = 4
-  EXPECT_EQ(by_n.params[cpu::kGemvThreads], 8);
-  EXPECT_EQ(by_n.params[cpu::kGemvOrder], cpu::kGemvNNTile);
+// nn defaults keep a tile of C in registers for all of k where rows of B are up to
+// 1 KiB and a thread's columns fit the tile (AVX2, m = 1: 12 vectors), on AMD and
+// Intel CPUs alike; with more threads than one they split k where all of n fits it.
+TEST(CpuGemmTable, NnTilesOfCStayInRegisters) {
+  for (std::string_view vendor : {kCpuVendorAmd, kCpuVendorIntel}) {
+    SCOPED_TRACE(vendor);
+    CG_REQUIRE_VARIANT(v, "cpu_f32_gemv_nn__avx2");
+    const auto order = [&](int64_t m, int64_t n) {
+      return DefaultOn(*v, vendor, 1, OpKey::Gemm(m, n, 2048)).params[cpu::kGemvOrder];
+    };
+    EXPECT_EQ(order(1, 64), 1);
+    EXPECT_EQ(order(1, 96), 1);
+    EXPECT_EQ(order(1, 97), 0);  // 13 vectors
+    EXPECT_EQ(order(4, 16), 1);  // 2 vectors of 4 rows
+    EXPECT_EQ(order(4, 17), 0);
+    CG_REQUIRE_VARIANT(w, "cpu_f32_gemv_nn__avx512");
+    EXPECT_EQ(DefaultOn(*w, vendor, 1, OpKey::Gemm(1, 256, 2048)).params[cpu::kGemvOrder], 1);  // 1 KiB rows
+    EXPECT_EQ(DefaultOn(*w, vendor, 1, OpKey::Gemm(1, 257, 2048)).params[cpu::kGemvOrder], 0);
+    EXPECT_EQ(DefaultOn(*w, vendor, 2, OpKey::Gemm(4, 80, 2048)).params[cpu::kGemvOrder], cpu::kGemvNNTileSplitK);
+    // 2 KiB rows on 2 threads: steps, threads splitting k (next test)
+    EXPECT_EQ(DefaultOn(*w, vendor, 2, OpKey::Gemm(1, 512, 2048)).params[cpu::kGemvOrder], cpu::kGemvNNStepsSplitK);
+    // More threads: they split k where all of n fits the tile, else n with the tile per
+    // thread.
+    const Schedule by_k = DefaultOn(*w, vendor, 8, OpKey::Gemm(1, 256, 2048));
+    EXPECT_EQ(by_k.params[cpu::kGemvThreads], 8);
+    EXPECT_EQ(by_k.params[cpu::kGemvOrder], cpu::kGemvNNTileSplitK);
+    const Schedule by_n = DefaultOn(*w, vendor, 8, OpKey::Gemm(4, 128, 2048));  // a tile of 6 vectors at m = 4
+    EXPECT_EQ(by_n.params[cpu::kGemvThreads], 8);
+    EXPECT_EQ(by_n.params[cpu::kGemvOrder], cpu::kGemvNNTile);
+  }
 }
 
-// Other nn defaults on AMD CPUs with more than one thread: steps with threads
-// splitting k, nb the widest, where a thread's share of a row split by n would be at
-// most kGemvNNSplitKMaxThreadRowBytes; else steps split by n. One thread, or an Intel
-// CPU: steps split by n.
-TEST(CpuGemmTable, NnStepsSplitKOnAmd) {
+// Other nn defaults with more than one thread, on AMD and Intel CPUs: steps with
+// threads splitting k, nb the widest, where a thread's share of a row split by n would
+// be at most kGemvNNSplitKMaxThreadRowBytes; else steps split by n. One thread: steps
+// split by n.
+TEST(CpuGemmTable, NnStepsSplitK) {
   CG_REQUIRE_VARIANT(v, "cpu_f32_gemv_nn__avx512");
-  const auto fit = [&](std::string_view vendor, int threads, int64_t m, int64_t n) {
-    return DefaultOn(*v, vendor, threads, OpKey::Gemm(m, n, 2048));
-  };
   const int64_t max_cols = cpu::kGemvNNSplitKMaxThreadRowBytes / 4;
-  for (int64_t m : {1, 4}) {
-    const Schedule s = fit(kCpuVendorAmd, 2, m, 768);
-    EXPECT_EQ(s.params[cpu::kGemvThreads], 2);
-    EXPECT_EQ(s.params[cpu::kGemvOrder], cpu::kGemvNNStepsSplitK) << m;
-    EXPECT_EQ(s.params[cpu::kGemvBlock], std::end(cpu::kGemvNbValues)[-1]) << m;
-    EXPECT_EQ(fit(kCpuVendorAmd, 2, m, 2 * max_cols).params[cpu::kGemvOrder], cpu::kGemvNNStepsSplitK) << m;
-    EXPECT_EQ(fit(kCpuVendorAmd, 2, m, 2 * max_cols + 1).params[cpu::kGemvOrder], cpu::kGemvNNSteps) << m;
-    EXPECT_EQ(fit(kCpuVendorAmd, 8, m, 8 * max_cols).params[cpu::kGemvOrder], cpu::kGemvNNStepsSplitK) << m;
-    EXPECT_EQ(fit(kCpuVendorAmd, 1, m, 768).params[cpu::kGemvOrder], cpu::kGemvNNSteps) << m;
-    EXPECT_EQ(fit(kCpuVendorIntel, 2, m, 768).params[cpu::kGemvOrder], cpu::kGemvNNSteps) << m;
-  }
+  for (std::string_view vendor : {kCpuVendorAmd, kCpuVendorIntel})
+    for (int64_t m : {1, 4}) {
+      SCOPED_TRACE(fmt::format("{} m={}", vendor, m));
+      const auto fit = [&](int threads, int64_t n) { return DefaultOn(*v, vendor, threads, OpKey::Gemm(m, n, 2048)); };
+      const Schedule s = fit(2, 768);
+      EXPECT_EQ(s.params[cpu::kGemvThreads], 2);
+      EXPECT_EQ(s.params[cpu::kGemvOrder], cpu::kGemvNNStepsSplitK);
+      EXPECT_EQ(s.params[cpu::kGemvBlock], std::end(cpu::kGemvNbValues)[-1]);
+      EXPECT_EQ(fit(2, 2 * max_cols).params[cpu::kGemvOrder], cpu::kGemvNNStepsSplitK);
+      EXPECT_EQ(fit(2, 2 * max_cols + 1).params[cpu::kGemvOrder], cpu::kGemvNNSteps);
+      EXPECT_EQ(fit(8, 8 * max_cols).params[cpu::kGemvOrder], cpu::kGemvNNStepsSplitK);
+      EXPECT_EQ(fit(1, 768).params[cpu::kGemvOrder], cpu::kGemvNNSteps);
+    }
 }
 
 // nn steps at m = 1 on AMD CPUs: 16 rows of B per step on AVX-512 where rows are of

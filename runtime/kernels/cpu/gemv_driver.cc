@@ -197,18 +197,17 @@ void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
     p[kGemvOrder] = device.vendor == kCpuVendorAmd &&
                     key.k() * int64_t(DTypeSize(key.dtype)) <= GemvRowsWholeMaxBytes(key.m(), threads);
   } else {
-    // Rows of B up to kGemvNNRowsWholeMaxBytes on AMD: a tile of C in registers, its
-    // threads splitting k where all of n fits it (splitting such short rows by n, they
-    // read each other's lines), else n where a thread's columns fit it. Otherwise steps
-    // of rows, their threads splitting k on AMD where a thread's share of a row split
-    // by n would be at most kGemvNNSplitKMaxThreadRowBytes.
+    // Rows of B up to kGemvNNRowsWholeMaxBytes: a tile of C in registers, its threads
+    // splitting k where all of n fits it (splitting such short rows by n, they read
+    // each other's lines), else n where a thread's columns fit it. Otherwise steps of
+    // rows, their threads splitting k where a thread's share of a row split by n would
+    // be at most kGemvNNSplitKMaxThreadRowBytes.
     const int regs = VectorRegs(v);  // 32 vectors of 16 floats (AVX-512) or 16 of 8 (AVX2)
     const int64_t tile = int64_t{GemvNNWholeVectors(regs, key.m())} * (regs == 32 ? 16 : 8);
-    const bool short_rows = device.vendor == kCpuVendorAmd && key.m() <= GemvMaxM(false) &&
-                            key.n() * int64_t(DTypeSize(key.dtype)) <= kGemvNNRowsWholeMaxBytes;
+    const bool short_rows =
+        key.m() <= GemvMaxM(false) && key.n() * int64_t(DTypeSize(key.dtype)) <= kGemvNNRowsWholeMaxBytes;
     const int64_t cols = (key.n() + threads - 1) / threads;
-    const bool split_k = device.vendor == kCpuVendorAmd && threads > 1 &&
-                         cols * int64_t(DTypeSize(key.dtype)) <= kGemvNNSplitKMaxThreadRowBytes;
+    const bool split_k = threads > 1 && cols * int64_t(DTypeSize(key.dtype)) <= kGemvNNSplitKMaxThreadRowBytes;
     p[kGemvOrder] = short_rows && key.n() <= tile ? (threads > 1 ? kGemvNNTileSplitK : kGemvNNTile)
                     : short_rows && cols <= tile  ? kGemvNNTile
                     : split_k                     ? kGemvNNStepsSplitK

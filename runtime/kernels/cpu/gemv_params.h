@@ -53,31 +53,41 @@ inline constexpr ParamSpec kGemvNTSpecs[] = {
 // read 0.92-1.61x faster from memory but took 1.6x the time in cache, and at m = 4
 // (1.7-1.9x faster up to 2 KiB) up to 1.9x, so m = 2 keeps 3 KiB and m > 2 keeps 0
 // (the tuner may choose 1). Budgets above two threads take the two-thread bound (not
-// timed). Intel hosts keep 0 (not measured there). bench/RESULTS.md, "... the rows of
-// an nt tile read whole" and "... nt rows read whole at m = 1 up to 12 KiB".
+// timed). bench/RESULTS.md, "... the rows of an nt tile read whole" and "... nt rows
+// read whole at m = 1 up to 12 KiB". Intel hosts keep 0: on the Intel Xeon (family 6
+// model 167), operands line-aligned, 14 shapes drawn with m of 1 and 2 and k of 64 to
+// 2813, two runs, order 1 took 1.01x the time of 0 on one thread in geometric mean
+// (0.77-1.16x) and 1.05x on two (0.66-1.35x; "Intel Xeon ...: small-m nn keys with
+// short rows").
 constexpr int64_t GemvRowsWholeMaxBytes(int64_t m, int32_t threads) {
   return m == 1 ? (threads == 1 ? 12 << 10 : 8 << 10) : m == 2 ? 3 << 10 : 0;
 }
-// The fitted `order` (nn) on AMD CPUs when rows of B are up to this many bytes: where
-// all of n fits one register tile (GemvNNWholeVectors), 1 on one thread and 2 (threads
-// split k) on more; else 1 where a thread's columns fit the tile. The tile of C then
-// stays in registers for all of k and B is read row after row. On Zen 4 it took
-// 1.4-2.6x less time than before from memory at n = 32 to 256 (decode attention's
-// scores x V has n = the head's width); two threads splitting such short rows by n
-// took up to 2.8x the time of one, and with a thread's share of 2 KiB rows (n = 512 on
-// 2 threads) order 1 took 1.2x more. Intel hosts keep 0 (not measured there).
-// bench/RESULTS.md, "... nn tiles of C kept in registers".
+// The fitted `order` (nn) when rows of B are up to this many bytes: where all of n
+// fits one register tile (GemvNNWholeVectors), 1 on one thread and 2 (threads split k)
+// on more; else 1 where a thread's columns fit the tile. The tile of C then stays in
+// registers for all of k and B is read row after row. On Zen 4 it took 1.4-2.6x less
+// time than before from memory at n = 32 to 256 (decode attention's scores x V has n =
+// the head's width); two threads splitting such short rows by n took up to 2.8x the
+// time of one, and with a thread's share of 2 KiB rows (n = 512 on 2 threads) order 1
+// took 1.2x more (bench/RESULTS.md, "... nn tiles of C kept in registers"). On the
+// Intel Xeon (family 6 model 167), operands line-aligned, two runs of 10 drawn shapes
+// with n of 40 to 224 (m of 1 to 4, k of 1997 to 7653): on two threads order 2 took
+// 0.47-0.72x the time of the steps split by n, on one thread order 1 took 0.60-1.06x
+// where n fits the tile ("Intel Xeon ...: small-m nn keys with short rows").
 inline constexpr int64_t kGemvNNRowsWholeMaxBytes = 1 << 10;
-// The fitted `order` (nn) on AMD CPUs elsewhere, with more than one thread: 3 (steps
-// of rows, threads splitting k, nb the widest) where a thread's share of a row of B
-// split by n would be at most this many bytes. Split by n, each thread reads short
-// pieces of every row; split by k, each reads one contiguous run of rows. On Zen 4 on
-// two threads, B from memory, m = 1, 2 and 4 and n = 320 to 4096, the steps split by
-// n took 1.18-1.70x the time of the same steps split by k in geometric mean per m and
-// run (0.93-2.80x per shape; below 1.0 only at m = 2 and 4 with k <= 1024); 1.22x on
-// 24 drawn shapes (0.95-1.69x). With longer shares (n = 5120 to 11008) the gain was
-// mixed (0.8-1.4x). Intel hosts keep 0 (not measured there). bench/RESULTS.md, "... nn
-// steps with threads splitting k".
+// The fitted `order` (nn) elsewhere, with more than one thread: 3 (steps of rows,
+// threads splitting k, nb the widest) where a thread's share of a row of B split by n
+// would be at most this many bytes. Split by n, each thread reads short pieces of every
+// row; split by k, each reads one contiguous run of rows. On Zen 4 on two threads, B
+// from memory, m = 1, 2 and 4 and n = 320 to 4096, the steps split by n took
+// 1.18-1.70x the time of the same steps split by k in geometric mean per m and run
+// (0.93-2.80x per shape; below 1.0 only at m = 2 and 4 with k <= 1024); 1.22x on 24
+// drawn shapes (0.95-1.69x). With longer shares (n = 5120 to 11008) the gain was mixed
+// (0.8-1.4x). bench/RESULTS.md, "... nn steps with threads splitting k". On the Intel
+// Xeon, in the runs above, order 3 took 0.64-0.98x the time of order 0 at n of 402 to
+// 2026; where the threads' columns of C share cache lines (n = 46: rows of 184 B), the
+// steps split by n, which store C every step, took 6.7-7.1x the time of the new
+// default (4 x 46 x 7821).
 inline constexpr int64_t kGemvNNSplitKMaxThreadRowBytes = 8 << 10;
 // The fitted `unroll_k` (nn, m = 1, AVX-512) on AMD CPUs: 16 where the steps run rows
 // of B of these many bytes whose length is not a multiple of 4 KiB. More rows per step
