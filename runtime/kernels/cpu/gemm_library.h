@@ -135,7 +135,9 @@ bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device);
 // OnednnSkinnySgemmMinWork of the thread budget (one or two threads): on an AMD host
 // those whose rows of B stay more than kOnednnSgemmAliasMarginBytes away from every
 // multiple of kL1AliasBytes, on an Intel host those whose rows of B are longer than
-// kOnednnSkinnySgemmIntelMinRowBytes.
+// kOnednnSkinnySgemmIntelMinRowBytes; and on an Intel host with a one-thread budget,
+// keys with n above kGemvTallMaxN (below it the tall kernels run them) whose rows of B
+// are at most kOnednnSkinnySgemmIntelNarrowMaxRowBytes.
 // Measured on Zen 4, paired, per call (bench/RESULTS.md, "... decode steps call
 // dnnl_sgemm"): on one thread, 76 rows of m = 5 to 16: on the 44 such rows the own
 // packed tile took 1.11x dnnl_sgemm's time in geometric mean (0.93-1.51x, 1.0 or more
@@ -150,10 +152,18 @@ bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device);
 // tile took 1.22x and 1.17x dnnl_sgemm's time (one and two threads) in geometric mean
 // on the 6 with rows of B above 32 KiB (n of 9365 to 13824; 0.91-1.29x), and 0.83x and
 // 0.78x on the 16 with shorter rows (0.61-1.08x; bench/RESULTS.md, "Intel Xeon ...:
-// decode steps with wide weights call dnnl_sgemm").
+// decode steps with wide weights call dnnl_sgemm"). With narrow rows (decode
+// attention's scores x V: n the head's width, k the context) the own tile, which
+// reads B in 32-column panels, fell behind on one thread: on 20 shapes drawn with m of
+// 5 to 16 and n of 16 to 4096, paired, operands line-aligned, two runs, dnnl_sgemm took
+// 0.73-0.95x its time on all 18 rows with n of 61 to 413, 1.00-1.01x at 534 and
+// 0.91-1.30x from 881 (above 1.0 on 18 of 20 rows); on two threads 0.78-2.12x up to
+// 534 and 1.11-1.44x above (bench/RESULTS.md, "Intel Xeon ...: small-m nn keys with
+// short rows").
 inline constexpr int64_t kOnednnSgemmMinM = GemvMaxM(false) + 1;
 inline constexpr int64_t kOnednnSgemmAliasMarginBytes = 128;
 inline constexpr int64_t kOnednnSkinnySgemmIntelMinRowBytes = 32 << 10;
+inline constexpr int64_t kOnednnSkinnySgemmIntelNarrowMaxRowBytes = 2 << 10;
 constexpr double OnednnSkinnySgemmMinWork(int threads) {
   return threads == 1 ? kSmallClassMaxWork : double(int64_t{1} << 24);
 }

@@ -236,11 +236,15 @@ bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device) {
 }
 
 bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device) {
-  if (!PerCallNn(key) || device.threads > 2 || key.m() < kOnednnSgemmMinM || ShapeClassOf(key) != ShapeClass::kSkinny)
+  if (key.constant_weights || key.trans_a || key.trans_b || device.threads > 2 || key.m() < kOnednnSgemmMinM ||
+      ShapeClassOf(key) != ShapeClass::kSkinny)
     return false;
   if (double(key.m()) * double(key.n()) * double(key.k()) <= OnednnSkinnySgemmMinWork(device.threads)) return false;
-  if (device.vendor == kCpuVendorIntel)
-    return RowBytesOfB(key) > kOnednnSkinnySgemmIntelMinRowBytes;
+  if (device.vendor == kCpuVendorIntel && device.threads == 1 && key.n() > kGemvTallMaxN &&
+      RowBytesOfB(key) <= kOnednnSkinnySgemmIntelNarrowMaxRowBytes)
+    return true;
+  if (!PerCallNn(key)) return false;
+  if (device.vendor == kCpuVendorIntel) return RowBytesOfB(key) > kOnednnSkinnySgemmIntelMinRowBytes;
   if (device.vendor != kCpuVendorAmd) return false;
   const int64_t r = RowAliasOffset(key);
   return r > kOnednnSgemmAliasMarginBytes && r < kL1AliasBytes - kOnednnSgemmAliasMarginBytes;
