@@ -635,6 +635,17 @@ void GemvPackedRules(const KernelVariant& v) {
                                           max_m * 4 + 6, regs)),
             std::string::npos)
       << st.message();
+  // Packed weights hold n rounded up to a vector, whatever nv: the last panel is only
+  // as wide as its columns (5 vectors in panels of 4: 4 + 1, not 8).
+  const int64_t vw = v.config.gemm.nr;
+  for (int64_t n : {5 * vw, 5 * vw - 3, 4 * vw})
+    for (int32_t nv : cpu::kGemvNvValues) {
+      OpKey lean = OpKey::Gemm(2, n, 64, false, true);
+      lean.constant_weights = true;
+      EXPECT_EQ(v.packed_weights_bytes(v, lean, PackedWith(v, 1, nv).params),
+                size_t(cpu::RoundUp(n, vw) * 64 * int64_t{sizeof(float)}))
+          << "n=" << n << " nv=" << nv;
+    }
   // The fitted prefetch follows the vendor (measured on Intel, slower on AMD) and m
   // (slower at m = 1 from huge pages).
   for (const char* vendor : {"GenuineIntel", "AuthenticAMD"})

@@ -312,17 +312,20 @@ Status GemvTallF32(const KernelVariant& v, const GemmArgs& args, const ParamValu
   return Status::Ok();
 }
 
-void GemvPanelPack(const float* b, int64_t ld, bool trans_b, int64_t n, int64_t k, int64_t panel, float* dst) {
-  for (int64_t j0 = 0; j0 < n; j0 += panel, dst += k * panel) {
+void GemvPanelPack(const float* b, int64_t ld, bool trans_b, int64_t n, int64_t k, int64_t panel, int64_t width,
+                   float* dst) {
+  for (int64_t j0 = 0; j0 < n; j0 += panel) {
     const int64_t w = std::min(panel, n - j0);
+    const int64_t pw = w == panel ? panel : GemvLastPanelWidth(n, panel, width);
     if (trans_b) {  // column j of op(B) is row j of B: read along k, write down the panel
       for (int64_t j = 0; j < w; ++j)
-        for (int64_t pp = 0; pp < k; ++pp) dst[pp * panel + j] = b[(j0 + j) * ld + pp];
+        for (int64_t pp = 0; pp < k; ++pp) dst[pp * pw + j] = b[(j0 + j) * ld + pp];
     } else {
-      for (int64_t pp = 0; pp < k; ++pp) std::copy_n(b + pp * ld + j0, w, dst + pp * panel);
+      for (int64_t pp = 0; pp < k; ++pp) std::copy_n(b + pp * ld + j0, w, dst + pp * pw);
     }
-    if (w < panel)
-      for (int64_t pp = 0; pp < k; ++pp) std::fill(dst + pp * panel + w, dst + (pp + 1) * panel, 0.0f);
+    if (w < pw)
+      for (int64_t pp = 0; pp < k; ++pp) std::fill(dst + pp * pw + w, dst + (pp + 1) * pw, 0.0f);
+    dst += k * pw;
   }
 }
 
@@ -368,8 +371,8 @@ void GemvPackedFitDefaults(const KernelVariant& v, const OpKey& key, const Devic
   p[kGemvPrefetch] = GemvPackedDefaultPrefetch(device.vendor == kCpuVendorIntel, key.m());
 }
 
-size_t GemvPackedWeightsBytes(const KernelVariant& v, const OpKey& key, const ParamValues& p) {
-  return size_t(GemvPanelFloats(key.n(), key.k(), int64_t{v.config.gemm.nr} * p[kGemvBlock])) * sizeof(float);
+size_t GemvPackedWeightsBytes(const KernelVariant& v, const OpKey& key, const ParamValues& /*p*/) {
+  return size_t(GemvPanelFloats(key.n(), key.k(), v.config.gemm.nr)) * sizeof(float);
 }
 
 Status GemvPackWeights(const KernelVariant& v, const OpKey& key, const ParamValues& p, const void* weights, int64_t ld,
@@ -377,7 +380,7 @@ Status GemvPackWeights(const KernelVariant& v, const OpKey& key, const ParamValu
   if (key.dtype != DType::kF32)
     return Unimplemented(fmt::format("{}: packs f32 weights, not {}", v.name, DTypeName(key.dtype)));
   GemvPanelPack(static_cast<const float*>(weights), ld, key.trans_b, key.n(), key.k(),
-                int64_t{v.config.gemm.nr} * p[kGemvBlock], static_cast<float*>(dst));
+                int64_t{v.config.gemm.nr} * p[kGemvBlock], v.config.gemm.nr, static_cast<float*>(dst));
   return Status::Ok();
 }
 
@@ -389,12 +392,13 @@ Status GemvPackedF32(const KernelVariant& v, const GemmArgs& args, const ParamVa
   if (args.packed_b) {
     job.task.b = static_cast<const float*>(args.packed_b);
   } else {
-    const int64_t floats = GemvPanelFloats(args.n, args.k, panel);
+    const int64_t floats = GemvPanelFloats(args.n, args.k, v.config.gemm.nr);
     float* scratch = tls_panels.Get(floats);
     if (!scratch)
       return Internal(fmt::format("{}: cannot allocate {} bytes to pack B for a call without packed weights", v.name,
                                   floats * static_cast<int64_t>(sizeof(float))));
-    GemvPanelPack(static_cast<const float*>(args.b), args.ldb, args.trans_b, args.n, args.k, panel, scratch);
+    GemvPanelPack(static_cast<const float*>(args.b), args.ldb, args.trans_b, args.n, args.k, panel, v.config.gemm.nr,
+                  scratch);
     job.task.b = scratch;
   }
   job.task.ldb = 0;

@@ -366,52 +366,72 @@ void NTDispatch(const GemvTask& t) {
   }
 }
 
+// Columns [j, j + w) of C, w <= NV vectors, from the panel at bp (k rows of NV
+// vectors).
+template <class T, int M, int NV>
+CG_INLINE void PanelTile(const GemvTask& t, const float* const (&arow)[M], int64_t j, int64_t w, const float* bp) {
+  using V = typename T::V;
+  constexpr int W = T::kWidth, P = W * NV;
+  const V alpha = T::Set1(t.alpha), beta = T::Set1(t.beta);
+  V acc[M][NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v] = T::Zero();
+  const int64_t ahead = int64_t{t.prefetch} * P;
+#pragma GCC unroll 2
+  for (int64_t p = 0; p < t.k; ++p, bp += P) {
+    if (ahead != 0)
+#pragma GCC unroll 4
+      for (int l = 0; l < (P >= 16 ? P / 16 : 1); ++l) __builtin_prefetch(bp + ahead + l * 16, 0, 3);
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = T::Load(bp + v * W);
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      const V a = T::Bcast(arow[i] + p);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) T::FmaAcc(acc[i][v], a, bv[v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+    float* c = t.c + i * t.ldc + j;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const int n = int(std::min<int64_t>(W, w - v * W));
+      if (n <= 0) break;
+      V r = T::Mul(alpha, acc[i][v]);
+      if (t.beta != 0.0f) r = T::Fma(beta, n == W ? T::Load(c + v * W) : T::LoadN(c + v * W, n), r);
+      if (n == W) T::Store(c + v * W, r);
+      else T::StoreN(c + v * W, r, n);
+    }
+  }
+}
+
+// The last panel of n, narrower than NV vectors (GemvLastPanelWidth): its own
+// count of vectors. Out of line: the full panels' loop keeps the code it had.
+template <class T, int M, int NV>
+__attribute__((noinline)) void LastPanelTile(const GemvTask& t, const float* const (&arow)[M], int64_t j, int64_t w,
+                             const float* bp) {
+  if constexpr (NV > 1) {
+    if ((w + T::kWidth - 1) / T::kWidth < NV) return LastPanelTile<T, M, NV - 1>(t, arow, j, w, bp);
+  }
+  PanelTile<T, M, NV>(t, arow, j, w, bp);
+}
+
 // Columns [t.j0, t.j1) of C (t.j0 on a panel boundary) from the panels at t.b.
 template <class T, int M, int NV>
 void PanelRows(const GemvTask& t) {
-  using V = typename T::V;
-  constexpr int W = T::kWidth, P = W * NV;
+  constexpr int P = T::kWidth * NV;
   const float* arow[M];
 #pragma GCC unroll 8
   for (int i = 0; i < M; ++i) arow[i] = t.a + i * t.lda;
-  const V alpha = T::Set1(t.alpha), beta = T::Set1(t.beta);
   for (int64_t j = t.j0; j < t.j1; j += P) {
     const float* bp = t.b + (j / P) * t.k * P;
-    V acc[M][NV];
-#pragma GCC unroll 8
-    for (int i = 0; i < M; ++i)
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[i][v] = T::Zero();
-    const int64_t ahead = int64_t{t.prefetch} * P;
-#pragma GCC unroll 2
-    for (int64_t p = 0; p < t.k; ++p, bp += P) {
-      if (ahead != 0)
-#pragma GCC unroll 4
-        for (int l = 0; l < (P >= 16 ? P / 16 : 1); ++l) __builtin_prefetch(bp + ahead + l * 16, 0, 3);
-      V bv[NV];
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) bv[v] = T::Load(bp + v * W);
-#pragma GCC unroll 8
-      for (int i = 0; i < M; ++i) {
-        const V a = T::Bcast(arow[i] + p);
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) T::FmaAcc(acc[i][v], a, bv[v]);
-      }
-    }
     const int64_t w = std::min<int64_t>(P, t.j1 - j);
-#pragma GCC unroll 8
-    for (int i = 0; i < M; ++i) {
-      float* c = t.c + i * t.ldc + j;
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        const int n = int(std::min<int64_t>(W, w - v * W));
-        if (n <= 0) break;
-        V r = T::Mul(alpha, acc[i][v]);
-        if (t.beta != 0.0f) r = T::Fma(beta, n == W ? T::Load(c + v * W) : T::LoadN(c + v * W, n), r);
-        if (n == W) T::Store(c + v * W, r);
-        else T::StoreN(c + v * W, r, n);
-      }
-    }
+    if (w == P) PanelTile<T, M, NV>(t, arow, j, w, bp);
+    else LastPanelTile<T, M, NV>(t, arow, j, w, bp);
   }
 }
 

@@ -255,6 +255,8 @@ void GemvPackedFitDefaults(const KernelVariant& v, const OpKey& key, const Devic
 // the stack"), the AVX-512 kernel took 1.01-1.14x its time at m = 1 from memory, and
 // 0.85-0.90x with the weights in L3 (a loop over one buffer, not the serving case).
 bool GemvPackedPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);
+// The packed weights: n rounded up to a vector by k floats, whatever nv (the last
+// panel is only as wide as its columns; GemvPanelPack).
 size_t GemvPackedWeightsBytes(const KernelVariant& v, const OpKey& key, const ParamValues& p);
 Status GemvPackWeights(const KernelVariant& v, const OpKey& key, const ParamValues& p, const void* weights, int64_t ld,
                        void* dst);
