@@ -316,7 +316,7 @@ void GemvPanelPack(const float* b, int64_t ld, bool trans_b, int64_t n, int64_t 
                    float* dst) {
   for (int64_t j0 = 0; j0 < n; j0 += panel) {
     const int64_t w = std::min(panel, n - j0);
-    const int64_t pw = w == panel ? panel : GemvLastPanelWidth(n, panel, width);
+    const int64_t pw = RoundUp(w, width);  // `panel` but for a narrower last panel
     if (trans_b) {  // column j of op(B) is row j of B: read along k, write down the panel
       for (int64_t j = 0; j < w; ++j)
         for (int64_t pp = 0; pp < k; ++pp) dst[pp * pw + j] = b[(j0 + j) * ld + pp];

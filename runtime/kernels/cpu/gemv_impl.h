@@ -409,8 +409,8 @@ CG_INLINE void PanelTile(const GemvTask& t, const float* const (&arow)[M], int64
   }
 }
 
-// The last panel of n, narrower than NV vectors (GemvLastPanelWidth): its own
-// count of vectors. Out of line: the full panels' loop keeps the code it had.
+// The last panel of n, narrower than NV vectors (its columns rounded up to a vector;
+// GemvPanelPack): its own count of vectors. Out of line: the full panels' loop keeps the code it had.
 template <class T, int M, int NV>
 __attribute__((noinline)) void LastPanelTile(const GemvTask& t, const float* const (&arow)[M], int64_t j, int64_t w,
                              const float* bp) {

@@ -64,13 +64,10 @@ constexpr int GemvNNWholeVectors(int vector_regs, int64_t m) {
 // ld) into ceil(n / panel) panels of `panel` columns (a multiple of `width`, the
 // vector width): panel q holds columns [q * panel, (q + 1) * panel) as k rows of
 // `panel` floats at dst + q * k * panel; the last panel, when n is not a multiple of
-// `panel`, is only as wide as its columns rounded up to `width` (GemvLastPanelWidth),
-// columns past n zero. Padding that last panel to `panel` streamed up to 1.6x the
-// weights' bytes (n = 80 in panels of 64).
+// `panel`, is only as wide as its columns rounded up to `width`, columns past n zero.
+// Padding that last panel to `panel` streamed up to 1.6x the weights' bytes (n = 80
+// in panels of 64).
 // dst holds GemvPanelFloats(n, k, width) floats.
-constexpr int64_t GemvLastPanelWidth(int64_t n, int64_t panel, int64_t width) {
-  return n % panel == 0 ? panel : RoundUp(n % panel, width);
-}
 inline int64_t GemvPanelFloats(int64_t n, int64_t k, int64_t width) { return RoundUp(n, width) * k; }
 void GemvPanelPack(const float* b, int64_t ld, bool trans_b, int64_t n, int64_t k, int64_t panel, int64_t width,
                    float* dst);
