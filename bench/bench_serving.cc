@@ -198,7 +198,7 @@ StatusOr<Contender> PlansContender(Runtime* rt, const Shape& s, const OpKey& key
     auto plan = rt->PlanGemm(key, x.b.data(), ldb);
     if (!plan.ok()) return plan.status();
     st->plans.push_back(std::move(*plan));
-    bench::LineAlignedFloats().swap(x.b);  // the plan holds its own copy
+    LineAlignedFloats().swap(x.b);  // the plan holds its own copy
   }
   const GemmPlan& p0 = st->plans[0];
   return Contender{fmt::format("{}{}", p0.hit() ? "" : "miss: ", p0.schedule().ToString()),
@@ -246,7 +246,7 @@ StatusOr<Contender> PackedScheduleContender(const Shape& s, const OpKey& ckey, c
     st->packed.emplace_back(AllocateWeights(bytes), &std::free);
     CG_RETURN_IF_ERROR(v->pack_weights(*v, ckey, sched.params, x.b.data(), ckey.trans_b ? s.k : s.n,
                                        st->packed.back().get()));
-    bench::LineAlignedFloats().swap(x.b);
+    LineAlignedFloats().swap(x.b);
   }
   return Contender{sched.ToString(), [st, ckey, sched](size_t i) {
                      auto& x = st->ops.sets[i % st->ops.sets.size()];
@@ -380,7 +380,7 @@ const std::vector<std::pair<std::string, ContenderMaker>>& Rows() {
            st->weights.push_back(packed);
          }
          st->strm.wait();
-         for (auto& x : st->ops.sets) bench::LineAlignedFloats().swap(x.b);
+         for (auto& x : st->ops.sets) LineAlignedFloats().swap(x.b);
          return Contender{fmt::format("weights {}", pd.weights_desc() == b_user ? "as given" : "reordered once"),
                           [st](size_t i) {
                             auto& x = st->ops.sets[i % st->ops.sets.size()];

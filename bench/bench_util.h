@@ -153,24 +153,6 @@ inline int ParseShapeFlag(const char* arg, int64_t& m, int64_t& n, int64_t& k) {
   return 1;
 }
 
-// An allocator whose blocks start on a cache line, as a serving stack's tensor
-// allocator places operands (PyTorch's CPU allocator aligns to 64 bytes). From the
-// heap (16 bytes) each bench row's copies landed at their own offset: three rows of
-// one schedule (the small-m nn steps, 4 x 80 x 7293 on two threads) measured up to
-// 3.4x apart in one run; aligned, up to 1.33x.
-template <class T>
-struct LineAligned {
-  using value_type = T;
-  static constexpr std::align_val_t kAlign{64};
-  LineAligned() = default;
-  template <class U>
-  LineAligned(const LineAligned<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
-  void deallocate(T* p, size_t) { ::operator delete(p, kAlign); }
-  friend bool operator==(const LineAligned&, const LineAligned&) { return true; }
-};
-using LineAlignedFloats = std::vector<float, LineAligned<float>>;
-
 // Copies of one GEMM's operands (A m x k, B the weights, C m x n), rotated between
 // calls so that a call does not find its operands in cache from the previous call:
 // together they cover at least `cover_bytes` (e.g. twice the last-level cache), so

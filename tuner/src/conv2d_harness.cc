@@ -77,8 +77,8 @@ class Conv2dHarness final : public OpHarness {
     sets_.resize(size_t(RotatedCopies(set_bytes, opt_, device)));
     cover_bytes_ = CoverBytes(opt_, device);
     for (auto& s : sets_) {
-      s.x = x_;
-      s.w = w_;
+      s.x.assign(x_.begin(), x_.end());
+      s.w.assign(w_.begin(), w_.end());
       s.y.assign(size_t(OutputElems()), 0.0f);
     }
   }
@@ -119,8 +119,8 @@ class Conv2dHarness final : public OpHarness {
   }
 
  private:
-  struct Set {
-    std::vector<float> x, w, y;
+  struct Set {  // line-aligned, as a serving stack passes them (LineAligned)
+    LineAlignedFloats x, w, y;
   };
 
   int64_t FilterLd() const { return key_.dims[5] * key_.dims[6] * key_.dims[3]; }  // an OHWI filter row

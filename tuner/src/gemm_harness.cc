@@ -37,8 +37,8 @@ class GemmHarness final : public OpHarness {
     cover_bytes_ = CoverBytes(opt_, device);
     sets_.resize(size_t(copies));
     for (auto& s : sets_) {
-      s.a = a_;
-      s.b = b_;
+      s.a.assign(a_.begin(), a_.end());
+      s.b.assign(b_.begin(), b_.end());
       s.c.assign(size_t(key_.m() * key_.n()), 0.0f);
     }
   }
@@ -87,8 +87,8 @@ class GemmHarness final : public OpHarness {
   }
 
  private:
-  struct Set {
-    std::vector<float> a, b, c;
+  struct Set {  // line-aligned, as a serving stack passes them (LineAligned)
+    LineAlignedFloats a, b, c;
   };
   int64_t Ldb() const { return DenseGemmArgs(key_, nullptr, nullptr, nullptr).ldb; }
 

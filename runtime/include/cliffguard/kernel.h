@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <new>
 #include <span>
 #include <string>
 #include <string_view>
@@ -209,6 +210,28 @@ using PackWeightsFn = Status (*)(const KernelVariant& self, const OpKey& key, co
 // allocates its copies of the weights with it, so that it times them as plans hold them.
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 float* AllocateWeights(size_t bytes);
+
+// An allocator whose blocks start on a cache line, as a serving stack's tensor
+// allocator places the operands it passes with each call (PyTorch's CPU allocator
+// aligns to 64 bytes). The tuner's operand copies and the benches' are placed so,
+// and timed as serving reads them. From the heap (16 bytes), a row of B stored n x k
+// straddles a line at every vector load: the tuner measured the small-m `nt` kernel
+// at 16 x 4096 x 4096 1.20x slower than oneDNN's matmul, where bench_serving, its
+// operands line-aligned, found them level (bench/RESULTS.md, "... operands on a
+// cache line in the tuner"). Three bench rows of one schedule measured up to 3.4x
+// apart when each row's copies landed at their own offset.
+template <class T>
+struct LineAligned {
+  using value_type = T;
+  static constexpr std::align_val_t kAlign{64};
+  LineAligned() = default;
+  template <class U>
+  LineAligned(const LineAligned<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
+  void deallocate(T* p, size_t) { ::operator delete(p, kAlign); }
+  friend bool operator==(const LineAligned&, const LineAligned&) { return true; }
+};
+using LineAlignedFloats = std::vector<float, LineAligned<float>>;
 
 // One compiled implementation with declared tunable parameters (STYLE H1-H3). The
 // same record shape serves every op family and device.
