@@ -176,6 +176,8 @@ struct RotatedOperands {
     const int64_t copies = std::clamp<int64_t>((cover_bytes + set_bytes - 1) / set_bytes, 1, max_copies);
     sets.assign(size_t(copies), first);
   }
+  // The set least recently handed out (every row that shares the copies takes the
+  // next in one rotation, so none finds a set another row has just read).
   Set& Next() { return sets[next++ % sets.size()]; }
 };
 
