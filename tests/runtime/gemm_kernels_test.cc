@@ -384,6 +384,31 @@ TEST(CpuGemmTable, NnStepsSplitK) {
     }
 }
 
+// nn steps' nb: the widest block whose m rows of C fit in 16 KiB, or a thread's whole
+// rows where they fit in 32 KiB; on Intel CPUs also where m <= kGemvNNWholeRowsIntelMaxM
+// and a thread's columns fit the widest block (rows of B read in one run).
+TEST(CpuGemmTable, NnStepsReadWholeRowsOnIntel) {
+  CG_REQUIRE_VARIANT(v, "cpu_f32_gemv_nn__avx512");
+  const int32_t widest = std::end(cpu::kGemvNbValues)[-1];
+  const auto nb = [&](std::string_view vendor, int threads, int64_t m, int64_t n) {
+    const Schedule s = DefaultOn(*v, vendor, threads, OpKey::Gemm(m, n, 2048));
+    EXPECT_EQ(s.params[cpu::kGemvOrder], cpu::kGemvNNSteps) << vendor << " m=" << m << " n=" << n;
+    return s.params[cpu::kGemvBlock];
+  };
+  const int64_t max_m = cpu::kGemvNNWholeRowsIntelMaxM;
+  for (int64_t m = 3; m <= max_m; ++m) {
+    SCOPED_TRACE(fmt::format("m={}", m));
+    EXPECT_EQ(nb(kCpuVendorIntel, 1, m, 3000), widest);  // 36-47 KiB of C: whole rows
+    EXPECT_EQ(nb(kCpuVendorIntel, 1, m, widest), widest);
+    EXPECT_EQ(nb(kCpuVendorIntel, 1, m, widest + 1), 1024);  // 16 KiB of C
+    EXPECT_EQ(nb(kCpuVendorIntel, 2, m, 6000), widest);     // 3000 columns a thread
+    EXPECT_EQ(nb(kCpuVendorAmd, 1, m, 3000), 1024);
+  }
+  EXPECT_EQ(nb(kCpuVendorIntel, 1, max_m + 1, 3000), 512);  // 16 KiB of C
+  EXPECT_EQ(nb(kCpuVendorIntel, 1, 2, 4000), widest);       // 31 KiB of C: whole rows on either vendor
+  EXPECT_EQ(nb(kCpuVendorAmd, 1, 2, 4000), widest);
+}
+
 // nn steps at m = 1 on AMD CPUs: 16 rows of B per step on AVX-512 where rows are of
 // kGemvNNDeepStepsMinRowBytes to kGemvNNDeepStepsMaxRowBytes and not a multiple of
 // 4 KiB; else 8 (m > 1, an Intel CPU, the AVX2 variant).

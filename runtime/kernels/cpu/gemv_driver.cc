@@ -212,11 +212,14 @@ void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
                     : short_rows && cols <= tile  ? kGemvNNTile
                     : split_k                     ? kGemvNNStepsSplitK
                                                   : kGemvNNSteps;
-    // A thread's whole rows of C when their m rows fit in 32 KiB of L1: B then streams
-    // through once, front to back. Otherwise the widest block whose rows fit in 16 KiB.
+    // A thread's whole rows of C when their m rows fit in 32 KiB of L1 (on Intel, at m up
+    // to kGemvNNWholeRowsIntelMaxM, when its columns fit the widest block): B then
+    // streams through once, front to back. Otherwise the widest block whose rows fit in 16 KiB.
     for (int32_t nb : kGemvNbValues)
       if (key.m() * nb * 4 <= (16 << 10)) p[kGemvBlock] = nb;
-    if (key.m() * cols * 4 <= (32 << 10))
+    const bool intel_whole_rows = device.vendor == kCpuVendorIntel && key.m() <= kGemvNNWholeRowsIntelMaxM &&
+                                  cols <= std::end(kGemvNbValues)[-1];
+    if (key.m() * cols * 4 <= (32 << 10) || intel_whole_rows)
       for (int32_t nb : kGemvNbValues)
         if (nb >= cols) {
           p[kGemvBlock] = std::max(p[kGemvBlock], nb);

@@ -102,6 +102,18 @@ inline constexpr int64_t kGemvNNSplitKMaxThreadRowBytes = 8 << 10;
 inline constexpr int64_t kGemvNNDeepStepsMinRowBytes = 2 << 10;
 inline constexpr int64_t kGemvNNDeepStepsMaxRowBytes = 10 << 10;
 
+// The fitted `nb` (nn steps) on Intel hosts: a thread's whole rows of C, in one block,
+// where m is at most this and its columns fit the widest block (4096), however many
+// bytes its m rows of C take (elsewhere: where they fit in 32 KiB). Each row of B is
+// then read in one run of up to 16 KiB instead of 4 KiB pieces. On the Intel Xeon
+// (family 6 model 167), one thread, B from memory, the rows of a shape on one set of
+// operand copies: at m = 3 and 4 and n of 2056 to 3527, 14 drawn shapes, two runs,
+// nb = 4096 took 0.79-0.89x the time of the former 1024 on all 9 shapes the rule
+// changes (1.0 or below on the other 5); with more columns than 4096 (n of 5962 to
+// 15487), 1024 stayed level or ahead at m = 3 and 4 (bench/RESULTS.md, "Intel Xeon
+// ...: small-m nn steps read whole rows of B"). AMD hosts are not measured.
+inline constexpr int64_t kGemvNNWholeRowsIntelMaxM = 4;
+
 // The packed variants (CG_GEMV_PACKED rows): constant-weights keys with m at most
 // this, either layout of B (measured ahead of oneDNN up to m = 8, bench/RESULTS.md).
 inline constexpr int64_t kGemvPackedMaxM = 8;
@@ -147,7 +159,8 @@ Status GemvSupports(const KernelVariant& v, const OpKey& key, const DeviceInfo& 
 // fit_defaults(): threads from the bytes of B (each thread streams at least kGemvBytesPerThread);
 // nt: nj from m and the registers (one pass over B for m <= 4, 8 accumulators or more), order by
 // GemvRowsWholeMaxBytes; nn: nb, the widest block whose m rows
-// of C fit in 16 KiB (a thread's whole rows where they fit in 32 KiB; the widest where threads split k); order and
+// of C fit in 16 KiB (a thread's whole rows where they fit in 32 KiB, or on Intel by
+// kGemvNNWholeRowsIntelMaxM; the widest where threads split k); order and
 // unroll_k by the rules above (kGemvNNRowsWholeMaxBytes, kGemvNNSplitKMaxThreadRowBytes, kGemvNNDeepSteps*RowBytes).
 template <bool kTransB>
 void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
