@@ -266,8 +266,11 @@ void OddThreadCounts(const KernelVariant& v) {
 // The variant's layout of B (the one its supports() accepts).
 bool GemvTransB(const KernelVariant& v) { return VariantSupports(v, OpKey::Gemm(1, 8, 8, false, true), Host()).ok(); }
 
-Schedule GemvWith(const KernelVariant& v, int threads, int block, int order = 0) {
-  return With(v, {{"threads", threads}, {GemvTransB(v) ? "nj" : "nb", block}, {"order", order}});
+// nt variants also take `prefetch` (nt_prefetch; nn variants have none).
+Schedule GemvWith(const KernelVariant& v, int threads, int block, int order = 0, int nt_prefetch = 0) {
+  if (GemvTransB(v))
+    return With(v, {{"threads", threads}, {"nj", block}, {"order", order}, {"prefetch", nt_prefetch}});
+  return With(v, {{"threads", threads}, {"nb", block}, {"order", order}});
 }
 
 void GemvShapes(const KernelVariant& v) {
@@ -281,7 +284,7 @@ void GemvShapes(const KernelVariant& v) {
           GemmTester t;
           t.shape(m, n, k).trans_a(ta).trans_b(tb).seed(uint32_t(++seed));
           if (seed % 3 == 0) t.lda_pad(3).ldb_pad(5).ldc_pad(2);
-          if (!t.Test(GemvWith(v, seed % 2 ? TwoThreads() : 1, block))) return;
+          if (!t.Test(GemvWith(v, seed % 2 ? TwoThreads() : 1, block, 0, seed / 2 % 2))) return;
         }
   EXPECT_FALSE(VariantSupports(v, OpKey::Gemm(cpu::GemvMaxM(tb) + 1, 8, 8, false, tb), Host()).ok());
   EXPECT_FALSE(VariantSupports(v, OpKey::Gemm(1, 8, 8, false, !tb), Host()).ok());
@@ -309,6 +312,19 @@ Schedule DefaultOn(const KernelVariant& v, std::string_view vendor, int threads,
   d.vendor = std::string(vendor);
   d.threads = threads;
   return VariantDefaultSchedule(v, key, d);
+}
+
+// nt defaults prefetch the next tile's rows of B in a tile's second pass on Intel CPUs;
+// not on AMD CPUs.
+TEST(CpuGemmTable, NtSecondPassesPrefetchOnIntel) {
+  for (const char* name : {"cpu_f32_gemv_nt__avx2", "cpu_f32_gemv_nt__avx512"}) {
+    CG_REQUIRE_VARIANT(v, name);
+    for (int64_t m : {1, 5, 16}) {
+      const OpKey key = OpKey::Gemm(m, 4096, 96, false, true);
+      EXPECT_EQ(DefaultOn(*v, kCpuVendorIntel, 1, key).params[cpu::kGemvNTPrefetch], 1) << name << " m=" << m;
+      EXPECT_EQ(DefaultOn(*v, kCpuVendorAmd, 2, key).params[cpu::kGemvNTPrefetch], 0) << name << " m=" << m;
+    }
+  }
 }
 
 // nt defaults read each row of a tile whole on AMD CPUs at m = 1 with rows of up to 12
@@ -499,8 +515,7 @@ void GemvOddThreadCounts(const KernelVariant& v) {
           if (tb && order >= 2) continue;
           GemmTester t;
           t.shape(m, n, seed % 4 == 0 ? 4 : 129).trans_b(tb).beta(seed % 2 ? 1.0f : 0.0f).seed(++seed);
-          if (!t.Test(testing::With(v, {{"threads", threads}, {tb ? "nj" : "nb", tb ? 4 : 64}, {"order", order}})))
-            return;
+          if (!t.Test(GemvWith(v, threads, tb ? 4 : 64, order, seed % 3 == 0))) return;
         }
 }
 

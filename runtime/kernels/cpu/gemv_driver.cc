@@ -196,6 +196,7 @@ void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
     p[kGemvBlock] = (wide ? key.m() <= 3 : key.m() == 1) ? 8 : wide || key.m() == 2 ? 4 : 2;
     p[kGemvOrder] = device.vendor == kCpuVendorAmd &&
                     key.k() * int64_t(DTypeSize(key.dtype)) <= GemvRowsWholeMaxBytes(key.m(), threads);
+    p[kGemvNTPrefetch] = GemvNTDefaultPrefetch(device.vendor == kCpuVendorIntel);
   } else {
     // Rows of B up to kGemvNNRowsWholeMaxBytes: a tile of C in registers, its threads
     // splitting k where all of n fits it (splitting such short rows by n, they read
@@ -239,7 +240,8 @@ template void GemvFitDefaults<true>(const KernelVariant&, const OpKey&, const De
 Status GemvF32(const GemmArgs& args, const ParamValues& p, void (*rows)(const GemvTask&)) {
   Job job{TaskOf(args, p[kGemvBlock]), rows, (args.n + 15) / 16, 16};
   job.task.rows_whole = GemvNNTiles(p[kGemvOrder]);  // nt: order 1, rows of B read whole
-  job.task.step_rows = p[kGemvUnrollK];  // nn only (nt's slot is 0)
+  if (args.trans_b) job.task.prefetch_next_tile = p[kGemvNTPrefetch] != 0;
+  else job.task.step_rows = p[kGemvUnrollK];
   if (GemvNNSplitsK(p[kGemvOrder]) && p[kGemvThreads] > 1) return GemvSplitK(job, p[kGemvThreads]);
   RunJob(job, p[kGemvThreads]);
   return Status::Ok();

@@ -330,13 +330,22 @@ CG_INLINE void NTRest(const GemvTask& t, int i, int r, int64_t j) {
 // Columns [j, j+NJ) of C for every row, in groups of MI rows and one smaller tile
 // for the rest: the NJ rows of B stay in L1/L2 while the row groups of A (in L2)
 // pass, so B comes from memory once whatever m is, and m <= MI is a single pass.
+// With t.prefetch_next_tile the second pass (its rows of B in cache) requests the
+// next tile's, which memory would otherwise leave until that tile's first pass.
 template <class T, int NJ, bool kPrefetch>
 void NTColumnTile(const GemvTask& t, int64_t j) {
   constexpr int MI = NTMaxRows<T, NJ>();
+  const bool fetch_next = !kPrefetch && t.prefetch_next_tile;
   int i = 0;
-  for (; i + MI <= t.m; i += MI) NTTile<T, MI, NJ, kPrefetch>(t, i, j);
+  for (; i + MI <= t.m; i += MI) {
+    if (fetch_next && i == MI) NTTile<T, MI, NJ, true>(t, i, j);
+    else NTTile<T, MI, NJ, kPrefetch>(t, i, j);
+  }
   if constexpr (MI > 1) {
-    if (i < t.m) NTRest<T, NJ, kPrefetch>(t, i, t.m - i, j);
+    if (i < t.m) {
+      if (fetch_next && i == MI) NTRest<T, NJ, true>(t, i, t.m - i, j);
+      else NTRest<T, NJ, kPrefetch>(t, i, t.m - i, j);
+    }
   }
 }
 
@@ -348,7 +357,8 @@ void NTRowsOf(const GemvTask& t) {
   for (; j < t.j1; ++j) NTColumnTile<T, 1, kPrefetch>(t, j);
 }
 
-// Tall tasks may prefetch (tile order 0); the small-m ones do not.
+// Tall tasks may prefetch (tile order 0) in every pass; the small-m ones in their
+// second (t.prefetch_next_tile).
 template <class T, int NJ>
 void NTRows(const GemvTask& t) {
   if (t.prefetch) return NTRowsOf<T, NJ, true>(t);

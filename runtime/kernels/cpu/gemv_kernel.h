@@ -38,6 +38,7 @@ struct GemvTask {
   int prefetch = 0;  // software prefetch (0 = off): packed panels, its distance in k rows; tall tasks, 1 = on
   bool rows_whole = false;  // `order` 1: each row of B (nt) or of a C tile's columns (nn) read whole
   int step_rows = 0;  // nn steps at m = 1 (`unroll_k`): kGemvNNDeepStepRows, else as the registers allow
+  bool prefetch_next_tile = false;  // nt `prefetch` 1: a tile's second pass requests the next tile's rows of B
   int64_t ldc_col = 1;  // tall tasks only
 };
 

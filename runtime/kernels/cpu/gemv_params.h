@@ -11,8 +11,15 @@ namespace cliffguard::cpu {
 
 // Indices in ParamValues (declaration order of the kSpecs below).
 // kGemvOrder is the nn and nt variants' third parameter, kGemvPrefetch the packed ones';
-// kGemvUnrollK the nn variants' fourth.
-enum GemvParam : int { kGemvThreads = 0, kGemvBlock = 1, kGemvOrder = 2, kGemvPrefetch = 2, kGemvUnrollK = 3 };
+// kGemvUnrollK the nn variants' fourth, kGemvNTPrefetch the nt ones'.
+enum GemvParam : int {
+  kGemvThreads = 0,
+  kGemvBlock = 1,
+  kGemvOrder = 2,
+  kGemvPrefetch = 2,
+  kGemvUnrollK = 3,
+  kGemvNTPrefetch = 3
+};
 
 // The largest m these variants run, by layout of B (measured, bench/RESULTS.md): nt
 // tiles keep B in L1/L2 while every row group of A passes, and beat the packed path
@@ -41,7 +48,18 @@ inline constexpr ParamSpec kGemvNTSpecs[] = {
     {"threads", kGemmThreadValues, 1, "threads (caller included), each a contiguous range of n; <= device threads"},
     {"nj", kGemvNjValues, 4, "rows of B (columns of C) per register tile; rows of A per tile: at most 4, as many as the registers hold"},
     {"order", kGemmBoolValues, 0, "0 = a tile's rows of B read side by side at each k step; 1 = each row whole, then the next (one sequential stream where rows are stored one after another)"},
+    {"prefetch", kGemmBoolValues, 0, "1 = where more rows of A than a tile's pass over its rows of B (which are then in cache), the second pass requests the next tile's rows of B into L2 (order 0); 0 = none"},
 };
+// The fitted `prefetch` (nt): 1 on Intel CPUs. With a tile's rows of B in cache after
+// the first row group's pass, the later passes left memory idle; the second now
+// fetches the next tile's rows. On the Intel Xeon (family 6 model 167), one set of
+// operand copies per shape, 10 shapes with m of 5 to 16 (decode steps, and attention
+// scores with k of 80 and 96), one and two threads, two runs of each binary: 0.917x
+// the time in geometric mean (0.72-0.86x on the scores with k of 80 and 96, where
+// dnnl_sgemm had been up to 1.11x faster; 0.87-1.13x on the others), bench/RESULTS.md,
+// "Intel Xeon ...: small-m nt passes prefetch the next rows of B". AMD keeps 0 (not
+// measured). m <= 4 (one pass) is unaffected.
+constexpr int32_t GemvNTDefaultPrefetch(bool intel) { return intel ? 1 : 0; }
 // The fitted `order` (nt): 1 on AMD CPUs where rows of B (k elements) are at most
 // GemvRowsWholeMaxBytes(m, threads) long. On Zen 4, with B from memory, rows side by
 // side defeat the hardware prefetchers when a tile's rows share a few pages: reading
