@@ -48,17 +48,18 @@ inline constexpr ParamSpec kGemvNTSpecs[] = {
     {"threads", kGemmThreadValues, 1, "threads (caller included), each a contiguous range of n; <= device threads"},
     {"nj", kGemvNjValues, 4, "rows of B (columns of C) per register tile; rows of A per tile: at most 4, as many as the registers hold"},
     {"order", kGemmBoolValues, 0, "0 = a tile's rows of B read side by side at each k step; 1 = each row whole, then the next (one sequential stream where rows are stored one after another)"},
-    {"prefetch", kGemmBoolValues, 0, "1 = where more rows of A than a tile's pass over its rows of B (which are then in cache), the second pass requests the next tile's rows of B into L2 (order 0); 0 = none"},
+    {"prefetch", kGemmBoolValues, 0, "1 = where m takes more than one pass of a tile's rows of A over its rows of B, the second pass (those rows then in cache) requests the next tile's rows of B into L2 (order 0); 0 = none"},
 };
 // The fitted `prefetch` (nt): 1 on Intel CPUs. With a tile's rows of B in cache after
 // the first row group's pass, the later passes left memory idle; the second now
 // fetches the next tile's rows. On the Intel Xeon (family 6 model 167), one set of
-// operand copies per shape, 10 shapes with m of 5 to 16 (decode steps, and attention
-// scores with k of 80 and 96), one and two threads, two runs of each binary: 0.917x
-// the time in geometric mean (0.72-0.86x on the scores with k of 80 and 96, where
-// dnnl_sgemm had been up to 1.11x faster; 0.87-1.13x on the others), bench/RESULTS.md,
-// "Intel Xeon ...: small-m nt passes prefetch the next rows of B". AMD keeps 0 (not
-// measured). m <= 4 (one pass) is unaffected.
+// operand copies per shape, 10 shapes with m of 5 to 16, one and two threads, two
+// runs each way: 0.917x the time in geometric mean (0.72-1.13x). Held out, 14 drawn
+// shapes: without it the kernel took 1.15x the time on one thread and 1.18x on two
+// (0.96-1.41x; attention scores with k of 64 to 96 1.20-1.24x, where dnnl_sgemm had
+// been up to 1.11x faster; k of 3319 and more level). bench/RESULTS.md, "Intel Xeon
+// ...: small-m nt passes prefetch the next rows of B". AMD keeps 0 (not measured).
+// m <= 4 (one pass) is unaffected.
 constexpr int32_t GemvNTDefaultPrefetch(bool intel) { return intel ? 1 : 0; }
 // The fitted `order` (nt): 1 on AMD CPUs where rows of B (k elements) are at most
 // GemvRowsWholeMaxBytes(m, threads) long. On Zen 4, with B from memory, rows side by
@@ -127,9 +128,11 @@ inline constexpr int64_t kGemvNNDeepStepsMaxRowBytes = 10 << 10;
 // (family 6 model 167), one thread, B from memory, the rows of a shape on one set of
 // operand copies: at m = 3 and 4 and n of 2056 to 3527, 14 drawn shapes, two runs,
 // nb = 4096 took 0.79-0.89x the time of the former 1024 on all 9 shapes the rule
-// changes (1.0 or below on the other 5); with more columns than 4096 (n of 5962 to
-// 15487), 1024 stayed level or ahead at m = 3 and 4 (bench/RESULTS.md, "Intel Xeon
-// ...: small-m nn steps read whole rows of B"). AMD hosts are not measured.
+// changes (the other 5 ran 4096 already); with a thread's columns above 4096 at m = 3
+// and 4 (n of 6061 to 15487 on one thread) 1024 was level or ahead, except at 4264
+// columns (0.88-0.92x; not taken). Held out, the old blocks took 1.19x the time on one
+// thread (1.12-1.27x, 8 shapes) and 1.03x on two (0.93-1.09x, 6 shapes). bench/RESULTS.md,
+// "Intel Xeon ...: small-m nn steps read whole rows of B". AMD hosts are not measured.
 inline constexpr int64_t kGemvNNWholeRowsIntelMaxM = 4;
 
 // The packed variants (CG_GEMV_PACKED rows): constant-weights keys with m at most
