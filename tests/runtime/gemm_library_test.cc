@@ -548,19 +548,30 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
   });
 }
 
-// Per-call `nn` decode steps of 5 to 16 tokens with m*n*k above 2^21 on a one-thread
-// budget, above 2^24 on two (with passive OpenMP waiting), on an AVX-512 host:
-// dnnl_sgemm (OnednnSkinnySgemmFits) on an Intel host with one thread where n is above
-// 16 and rows of B are at most 2 KiB; else with n > 64 on an AMD host where rows of B
-// are more than 128 B from every multiple of 4 KiB, on an Intel host where they are
-// longer than 32 KiB, written out here from its rule.
+// The threads of a variant's default schedule for the key (0: no such variant).
+int FittedThreads(const char* variant, const OpKey& key, const DeviceInfo& d) {
+  const KernelVariant* v = FindKernelVariant(variant);
+  return v ? VariantDefaultSchedule(*v, key, d).params[v->ParamIndex("threads")] : 0;
+}
+
+// Per-call `nn` decode steps of 5 to 16 tokens on an AVX-512 host: dnnl_sgemm
+// (OnednnSkinnySgemmFits) on an Intel host where n is above 16 and rows of B are at
+// most 2 KiB, whatever the work, with one thread, or with two where the own 8x32 tile
+// and oneDNN both fit one; else, with m*n*k above 2^21 on a
+// one-thread budget, above 2^24 on two (with passive OpenMP waiting), and n > 64, on an
+// AMD host where rows of B are more than 128 B from every multiple of 4 KiB, on an
+// Intel host where they are longer than 32 KiB, written out here from its rule.
 bool SkinnySgemmRuleHolds(const OpKey& key, const DeviceInfo& d) {
   if (!(d.isa & kIsaAvx512) || d.threads > 2 || key.constant_weights || key.trans_a || key.trans_b ||
       (d.threads == 2 && !testing::OmpWaitsPassively()))
     return false;
   const int64_t row_bytes = key.n() * 4, min_work = int64_t{1} << (d.threads == 1 ? 21 : 24);
-  if (key.m() < 5 || key.m() > 16 || key.m() * key.n() * key.k() <= min_work) return false;
-  if (d.vendor == "GenuineIntel" && d.threads == 1 && key.n() > 16 && row_bytes <= 2048) return true;
+  if (key.m() < 5 || key.m() > 16) return false;
+  if (d.vendor == "GenuineIntel" && key.n() > 16 && row_bytes <= 2048 &&
+      (d.threads == 1 || (FittedThreads("cpu_f32_gemm_8x32__avx512", key, d) == 1 &&
+                          FittedThreads("cpu_f32_gemm_onednn", key, d) == 1)))
+    return true;
+  if (key.m() * key.n() * key.k() <= min_work) return false;
   if (key.n() <= 64) return false;
   if (d.vendor == "GenuineIntel") return row_bytes > 32768;
   return row_bytes % 4096 > 128 && row_bytes % 4096 < 4096 - 128;
@@ -607,7 +618,8 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
                         {12, 600, 128, 0, 0},    {12, 600, 127, 0, 0},  // rows of B of 512 B
                         {12, 8192, 4096, 0, 0},  {12, 8193, 4096, 0, 0},  // rows of B of 32 KiB
                         {12, 64, 4096, 0, 0},    {9, 80, 4096, 0, 0},     {12, 32, 8192, 0, 0},
-                        {12, 512, 4096, 0, 0},   {12, 513, 4096, 0, 0}};  // rows of B of 2 KiB
+                        {12, 512, 4096, 0, 0},   {12, 513, 4096, 0, 0},  // rows of B of 2 KiB
+                        {6, 35, 4245, 0, 0},     {10, 53, 184, 0, 0},   {14, 27, 74, 0, 0}};  // m*n*k below 2^21
   int nt_sgemm = 0;
   for (const DeviceInfo& d : RuleDevices())
     for (const Case& c : cases)

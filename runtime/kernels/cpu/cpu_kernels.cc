@@ -138,6 +138,10 @@ int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device) {
   return ThreadsWithin(key.Flops() / kFlopsPerThread, device);
 }
 
+int32_t GemmFittedThreads(const OpKey& key, const DeviceInfo& device) {
+  return std::max(ThreadsForWork(key, device), key.m() <= kGemvMaxM ? GemvThreads(key, device) : 1);
+}
+
 int32_t ThreadsWithin(double threads, const DeviceInfo& device) {
   const int64_t limit = std::max<int64_t>(1, std::min<double>(device.threads, std::max(1.0, threads)));
   int32_t out = 1;
@@ -171,7 +175,7 @@ Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p,
 }
 
 void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
-  const int32_t threads = std::max(ThreadsForWork(key, device), key.m() <= kGemvMaxM ? GemvThreads(key, device) : 1);
+  const int32_t threads = GemmFittedThreads(key, device);
   p[kParamThreads] = threads;
   const GemmConfig& tile = v.config.gemm;
   const int64_t n_panels = (key.n() + tile.nr - 1) / tile.nr, m_panels = (key.m() + tile.mr - 1) / tile.mr;

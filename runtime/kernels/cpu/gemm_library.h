@@ -135,9 +135,10 @@ bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device);
 // OnednnSkinnySgemmMinWork of the thread budget (one or two threads): on an AMD host
 // those whose rows of B stay more than kOnednnSgemmAliasMarginBytes away from every
 // multiple of kL1AliasBytes, on an Intel host those whose rows of B are longer than
-// kOnednnSkinnySgemmIntelMinRowBytes; and on an Intel host with a one-thread budget,
-// keys with n above kGemvTallMaxN (below it the tall kernels run them) whose rows of B
-// are at most kOnednnSkinnySgemmIntelNarrowMaxRowBytes.
+// kOnednnSkinnySgemmIntelMinRowBytes; and on an Intel host, keys with n above
+// kGemvTallMaxN (below it the tall kernels run them) whose rows of B are at most
+// kOnednnSkinnySgemmIntelNarrowMaxRowBytes, whatever m*n*k, on a one-thread budget or
+// where the own tile (GemmFittedThreads) and oneDNN both fit one thread.
 // Measured on Zen 4, paired, per call (bench/RESULTS.md, "... decode steps call
 // dnnl_sgemm"): on one thread, 76 rows of m = 5 to 16: on the 44 such rows the own
 // packed tile took 1.11x dnnl_sgemm's time in geometric mean (0.93-1.51x, 1.0 or more
@@ -159,7 +160,16 @@ bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device);
 // 0.73-0.95x its time on all 18 rows with n of 61 to 413, 1.00-1.01x at 534 and
 // 0.91-1.30x from 881 (above 1.0 on 18 of 20 rows); on two threads 0.78-2.12x up to
 // 534 and 1.11-1.44x above (bench/RESULTS.md, "Intel Xeon ...: small-m nn keys with
-// short rows").
+// short rows"). Those draws had m*n*k above 2^21; below it (the one-thread bound of
+// the rule before) the own tile fell behind as far: on 15 shapes drawn with m*n*k of
+// 28K to 1.6M dnnl_sgemm took 0.53-0.86x its time, and held out, on 20 drawn afresh
+// (m*n*k up to 2^21, n of 21 to 265), two runs with the rows reversed, the own tile
+// took 1.38x the time of the new default in geometric mean (1.09-1.81x; bench/RESULTS.md,
+// "Intel Xeon ...: small decode steps with short rows call dnnl_sgemm"). On a two-thread
+// budget the own tile fits one thread on 8 of those 20 shapes; oneDNN on one thread
+// took 0.62-0.90x its time there, and with the rule the own tile took 1.29x
+// and 1.31x the new default's time (1.05-1.63x); where the own tile fits two, oneDNN on
+// one took 0.28-1.21x its time (not changed).
 inline constexpr int64_t kOnednnSgemmMinM = GemvMaxM(false) + 1;
 inline constexpr int64_t kOnednnSgemmAliasMarginBytes = 128;
 inline constexpr int64_t kOnednnSkinnySgemmIntelMinRowBytes = 32 << 10;

@@ -239,10 +239,11 @@ bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device) {
   if (key.constant_weights || key.trans_a || key.trans_b || device.threads > 2 || key.m() < kOnednnSgemmMinM ||
       ShapeClassOf(key) != ShapeClass::kSkinny)
     return false;
-  if (double(key.m()) * double(key.n()) * double(key.k()) <= OnednnSkinnySgemmMinWork(device.threads)) return false;
-  if (device.vendor == kCpuVendorIntel && device.threads == 1 && key.n() > kGemvTallMaxN &&
-      RowBytesOfB(key) <= kOnednnSkinnySgemmIntelNarrowMaxRowBytes)
+  if (device.vendor == kCpuVendorIntel && key.n() > kGemvTallMaxN &&
+      RowBytesOfB(key) <= kOnednnSkinnySgemmIntelNarrowMaxRowBytes &&
+      (device.threads == 1 || (GemmFittedThreads(key, device) == 1 && onednn::FittedThreads(key, device) == 1)))
     return true;
+  if (double(key.m()) * double(key.n()) * double(key.k()) <= OnednnSkinnySgemmMinWork(device.threads)) return false;
   if (!PerCallNn(key)) return false;
   if (device.vendor == kCpuVendorIntel) return RowBytesOfB(key) > kOnednnSkinnySgemmIntelMinRowBytes;
   if (device.vendor != kCpuVendorAmd) return false;

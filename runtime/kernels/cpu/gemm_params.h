@@ -117,6 +117,9 @@ std::vector<int32_t> ThreadCountCandidates(const DeviceInfo& device, int32_t fir
 // The threads a call of this key gets by default (the own GEMM, GEMV and conv2d
 // variants, and OpenBLAS): ThreadsWithin one per kFlopsPerThread of the shape's work.
 int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device);
+// The threads the own packed tiles fit to a key (GemmFitDefaults): ThreadsForWork, and
+// at m <= kGemvMaxM at least the small-m kernels' (GemvThreads).
+int32_t GemmFittedThreads(const OpKey& key, const DeviceInfo& device);
 
 // candidates(): what the tuner measures first for a key, beside the search. Every
 // vector variant proposes its fitted default, the tile variants (after it) also in
