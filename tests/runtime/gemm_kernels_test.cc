@@ -1041,7 +1041,8 @@ TEST(CpuGemmTable, PerCallBIsReadInPlaceOnlyWhenSmall) {
 }
 
 // The own tiles' threads on keys with m <= kGemvMaxM: at least the small-m variants'
-// (a thread per kGemvBytesPerThread of weights); above, the work alone decides.
+// (a thread per kGemvBytesPerThread of weights), at most the key's panels of N (split
+// by rows, every thread would read all of B); above, the work alone decides.
 TEST(CpuGemmTable, DecodeSizeKeysThreadByTheirWeights) {
   CG_REQUIRE_VARIANT(v, "cpu_f32_gemm_6x16__avx2");
   DeviceInfo d = Host();
@@ -1052,6 +1053,8 @@ TEST(CpuGemmTable, DecodeSizeKeysThreadByTheirWeights) {
   EXPECT_EQ(threads(16, 256, 128), 2);  // 1 MFLOP, 128 KiB of weights
   EXPECT_EQ(threads(16, 512, 256), 8);  // 4.2 MFLOP, 512 KiB
   EXPECT_EQ(threads(16, 64, 64), 1);    // 16 KiB
+  EXPECT_EQ(threads(12, 16, 8192), 1);  // 512 KiB in one panel of 16 columns
+  EXPECT_EQ(threads(12, 40, 8192), 3);  // three panels
   EXPECT_EQ(threads(17, 256, 128), 1);  // 1.1 MFLOP: the work alone
   EXPECT_EQ(threads(17, 512, 256), 2);  // 4.5 MFLOP
 }

@@ -138,8 +138,10 @@ int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device) {
   return ThreadsWithin(key.Flops() / kFlopsPerThread, device);
 }
 
-int32_t GemmFittedThreads(const OpKey& key, const DeviceInfo& device) {
-  return std::max(ThreadsForWork(key, device), key.m() <= kGemvMaxM ? GemvThreads(key, device) : 1);
+int32_t GemmFittedThreads(const OpKey& key, const DeviceInfo& device, int nr) {
+  if (key.m() > kGemvMaxM) return ThreadsForWork(key, device);
+  const int32_t threads = std::max(ThreadsForWork(key, device), GemvThreads(key, device));
+  return ThreadsWithin(double(std::min<int64_t>(threads, (key.n() + nr - 1) / nr)), device);
 }
 
 int32_t ThreadsWithin(double threads, const DeviceInfo& device) {
@@ -175,9 +177,9 @@ Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p,
 }
 
 void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p) {
-  const int32_t threads = GemmFittedThreads(key, device);
-  p[kParamThreads] = threads;
   const GemmConfig& tile = v.config.gemm;
+  const int32_t threads = GemmFittedThreads(key, device, tile.nr);
+  p[kParamThreads] = threads;
   const int64_t n_panels = (key.n() + tile.nr - 1) / tile.nr, m_panels = (key.m() + tile.mr - 1) / tile.mr;
   const bool n_short = n_panels < threads && m_panels > n_panels;
   const bool m_split_fits = key.m() >= key.n() && m_panels >= threads;

@@ -239,9 +239,10 @@ bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device) {
   if (key.constant_weights || key.trans_a || key.trans_b || device.threads > 2 || key.m() < kOnednnSgemmMinM ||
       ShapeClassOf(key) != ShapeClass::kSkinny)
     return false;
+  const bool one_thread = device.threads == 1 || (GemmFittedThreads(key, device, kGemmDefaultTile.nr) == 1 &&
+                                                   onednn::FittedThreads(key, device) == 1);
   if (device.vendor == kCpuVendorIntel && key.n() > kGemvTallMaxN &&
-      RowBytesOfB(key) <= kOnednnSkinnySgemmIntelNarrowMaxRowBytes &&
-      (device.threads == 1 || (GemmFittedThreads(key, device) == 1 && onednn::FittedThreads(key, device) == 1)))
+      RowBytesOfB(key) <= kOnednnSkinnySgemmIntelNarrowMaxRowBytes && one_thread)
     return true;
   if (double(key.m()) * double(key.n()) * double(key.k()) <= OnednnSkinnySgemmMinWork(device.threads)) return false;
   if (!PerCallNn(key)) return false;

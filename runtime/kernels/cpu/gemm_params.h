@@ -117,9 +117,17 @@ std::vector<int32_t> ThreadCountCandidates(const DeviceInfo& device, int32_t fir
 // The threads a call of this key gets by default (the own GEMM, GEMV and conv2d
 // variants, and OpenBLAS): ThreadsWithin one per kFlopsPerThread of the shape's work.
 int32_t ThreadsForWork(const OpKey& key, const DeviceInfo& device);
-// The threads the own packed tiles fit to a key (GemmFitDefaults): ThreadsForWork, and
-// at m <= kGemvMaxM at least the small-m kernels' (GemvThreads).
-int32_t GemmFittedThreads(const OpKey& key, const DeviceInfo& device);
+// The threads the own packed tiles of nr columns fit to a key (GemmFitDefaults):
+// ThreadsForWork, and at m <= kGemvMaxM at least the small-m kernels' (GemvThreads) but
+// at most the key's panels of nr columns: a decode step's threads split the weights'
+// columns; splitting its few rows, each thread read all of B. On the Intel host, per
+// call, 11 shapes drawn with m of 9 to 16 and n of 17 to 32 on a two-thread budget:
+// the M split took 1.8-2.1x the time of the same tile on one thread on 10 (0.88x on
+// the 11th, with 141 KiB of weights); held out, on 9 shapes this changes (with the
+// oneDNN rule of OnednnSkinnySgemmFits), the old default took 2.5x the new one's time
+// (1.25-4.05x; bench/RESULTS.md, "Intel Xeon ...: decode steps' threads split the
+// weights' columns").
+int32_t GemmFittedThreads(const OpKey& key, const DeviceInfo& device, int nr);
 
 // candidates(): what the tuner measures first for a key, beside the search. Every
 // vector variant proposes its fitted default, the tile variants (after it) also in
