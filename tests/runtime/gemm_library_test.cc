@@ -338,6 +338,17 @@ bool SmallSgemmRuleHolds(const OpKey& key, const DeviceInfo& d) {
          VariantDefaultSchedule(*v, key, d).params[v->ParamIndex("threads")] >= cpu::ThreadsForWork(key, d);
 }
 
+// Small `nt` keys on an Intel AVX-512 host with n of at most 128 and 1 MFLOP of work or
+// more, where oneDNN's fitted threads are at least the own rule's: oneDNN's matmul
+// (OnednnSmallNtMatmulFits), written out here from its rule.
+bool SmallNtMatmulRuleHolds(const OpKey& key, const DeviceInfo& d) {
+  const KernelVariant* v = FindKernelVariant("cpu_f32_gemm_onednn");
+  return v && !key.constant_weights && !key.trans_a && key.trans_b && d.vendor == "GenuineIntel" &&
+         (d.isa & kIsaAvx512) && (d.threads == 1 || testing::OmpWaitsPassively()) &&
+         ShapeClassOf(key) == ShapeClass::kSmall && key.n() <= 128 && 2.0 * key.m() * key.n() * key.k() >= 1e6 &&
+         VariantDefaultSchedule(*v, key, d).params[v->ParamIndex("threads")] >= cpu::ThreadsForWork(key, d);
+}
+
 // After the project's own variants, before the portable reference; the built-in
 // default of skinny and small keys is a library variant only where a measured rule
 // says so (for these keys: SmallSgemmRuleHolds).
@@ -658,7 +669,8 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
 
 // Small keys (m and n above 16, m*n*k at most 2^21): OpenBLAS on one thread where
 // TinyOpenblasRuleHolds, dnnl_sgemm on oneDNN's fitted threads where
-// SmallSgemmRuleHolds, else an own kernel. Checked on the rule devices (and, under
+// SmallSgemmRuleHolds, oneDNN's matmul where SmallNtMatmulRuleHolds, else an own
+// kernel. Checked on the rule devices (and, under
 // ctest's passive rerun, with oneDNN's threads usable) on keys either side of 1 MFLOP
 // and of the thread condition (128 x 128 x 128: 4.2 MFLOP, two own threads on a budget
 // of two).
@@ -667,15 +679,15 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfSmallKeysFollowsTheMeasuredRule) {
   if (!onednn) GTEST_SKIP() << "this build has no oneDNN variant";
   const std::array<int64_t, 3> shapes[] = {{49, 64, 64},   {196, 60, 128}, {30, 100, 90},   {17, 17, 17},
                                            {128, 128, 128}, {120, 48, 200}, {61, 64, 128}, {62, 64, 128}};  // 0.999, 1.016 MFLOP
-  int sgemm = 0;
+  int sgemm = 0, matmul = 0;
   ForEveryRuleKey(shapes, ShapeClass::kSmall, [&](const OpKey& key, const DeviceInfo& d, const Schedule& s) {
     if (TinyOpenblasRuleHolds(key, d)) {
       EXPECT_STREQ(s.variant->name, "cpu_f32_gemm_openblas") << s.ToString();
       EXPECT_EQ(s.params[s.variant->ParamIndex("threads")], 1) << s.ToString();
-    } else if (SmallSgemmRuleHolds(key, d)) {
-      ++sgemm;
+    } else if (const bool sg = SmallSgemmRuleHolds(key, d); sg || SmallNtMatmulRuleHolds(key, d)) {
+      ++(sg ? sgemm : matmul);
       EXPECT_STREQ(s.variant->name, "cpu_f32_gemm_onednn") << s.ToString();
-      EXPECT_EQ(s.params[s.variant->ParamIndex("api")], 1) << s.ToString();
+      EXPECT_EQ(s.params[s.variant->ParamIndex("api")], sg ? 1 : 0) << s.ToString();  // dnnl_sgemm, else the matmul
       EXPECT_EQ(s.params[s.variant->ParamIndex("reorder_b")], 0) << s.ToString();
       EXPECT_EQ(s.params[s.variant->ParamIndex("threads")], 1) << s.ToString();
     } else {
@@ -684,6 +696,7 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfSmallKeysFollowsTheMeasuredRule) {
     }
   });
   if ((Host().isa & kIsaAvx512) != 0) EXPECT_GT(sgemm, 0);  // the host's one-thread budget
+  if ((Host().isa & kIsaAvx512) != 0) EXPECT_GT(matmul, 0);  // the Intel view of the host
 }
 
 }  // namespace

@@ -207,6 +207,21 @@ bool OnednnSkinnyNtSgemmFits(const OpKey& key, const DeviceInfo& device);
 // Below kOpenblasTinyMaxFlops OpenBLAS takes them instead where its core runs AVX-512
 // kernels (OpenblasTinyFits).
 bool OnednnSmallSgemmFits(const OpKey& key, const DeviceInfo& device);
+// Per-call `nt` keys of the small class on an Intel AVX-512 host with n of at most
+// kOnednnSmallNtMatmulMaxN and kOnednnSmallNtMatmulMinFlops of work or more, where
+// oneDNN's fitted threads (one, at this size) are at least the own rule's: oneDNN's
+// matmul on B as stored, in place of the own packed tile, which packs B per call.
+// Measured on the Intel host, paired, per call, both budgets (bench/RESULTS.md, "Intel
+// Xeon ...: small `nt` keys with few columns call the matmul"): on 8 such shapes of a
+// drawn set (16 rows) the matmul took 0.77-1.04x the own tile's time, and on 16 shapes drawn
+// there before the rule 0.864x in geometric mean on each budget (0.64-1.08x); with n
+// of 153 to 735 it was level or behind (0.96-1.38x), below 1 MFLOP mixed (0.79-1.08x;
+// OpenBLAS ahead on the smallest). Held out, 16 shapes drawn in the rule: the own tile
+// took 1.17x the matmul's time in geometric mean on each budget (0.81-1.53x; the
+// matmul behind only at 1775 x 23 x 43).
+inline constexpr int64_t kOnednnSmallNtMatmulMaxN = 128;
+inline constexpr double kOnednnSmallNtMatmulMinFlops = 1e6;
+bool OnednnSmallNtMatmulFits(const OpKey& key, const DeviceInfo& device);
 // Per-call keys of the large class on an AVX-512 host where oneDNN may use the thread
 // budget (one thread, or passive OpenMP waiting). Their default by threads:
 // - oneDNN where its fitted threads are at least the own rule's (OnednnThreadsSuffice;
@@ -272,8 +287,8 @@ bool OnednnThreadsSuffice(const OpKey& key, const DeviceInfo& device);
 bool PerCallOwnTile(const OpKey& key, const DeviceInfo& device);
 // preferred_default(), on an AVX-512 host where oneDNN may use the thread budget (one
 // thread, or passive OpenMP waiting):
-// - per-call keys where OnednnSkinnySgemmFits, OnednnSkinnyNtSgemmFits or
-//   OnednnSmallSgemmFits;
+// - per-call keys where OnednnSkinnySgemmFits, OnednnSkinnyNtSgemmFits,
+//   OnednnSmallSgemmFits or OnednnSmallNtMatmulFits;
 // - per-call keys where PerCallLargeOnAvx512 and OnednnThreadsSuffice, and not
 //   PerCallOwnTile;
 // - constant-weights keys with m at least

@@ -230,6 +230,13 @@ bool OnednnSmallSgemmFits(const OpKey& key, const DeviceInfo& device) {
   return PerCallSmallNnOnAvx512(key, device) && OnednnThreadsSuffice(key, device);
 }
 
+bool OnednnSmallNtMatmulFits(const OpKey& key, const DeviceInfo& device) {
+  return !key.constant_weights && !key.trans_a && key.trans_b && device.vendor == kCpuVendorIntel &&
+         (device.isa & kIsaAvx512) != 0 && ShapeClassOf(key) == ShapeClass::kSmall &&
+         key.n() <= kOnednnSmallNtMatmulMaxN && key.Flops() >= kOnednnSmallNtMatmulMinFlops &&
+         OnednnThreadsSuffice(key, device);
+}
+
 bool OnednnSgemmFits(const OpKey& key, const DeviceInfo& device) {
   return OnednnSmallSgemmFits(key, device) || PerCallNtSgemm(key, device) || OnednnSkinnyNtSgemmFits(key, device) ||
          (PerCallNn(key) && ShapeClassOf(key) == ShapeClass::kLarge) || OnednnSkinnySgemmFits(key, device);
@@ -283,7 +290,7 @@ bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const 
   if ((device.isa & kIsaAvx512) == 0 || !(device.threads == 1 || onednn::OmpWaitsPassively())) return false;
   if (!key.constant_weights)
     return OnednnSkinnySgemmFits(key, device) || OnednnSkinnyNtSgemmFits(key, device) ||
-           OnednnSmallSgemmFits(key, device) ||
+           OnednnSmallSgemmFits(key, device) || OnednnSmallNtMatmulFits(key, device) ||
            (PerCallLargeOnAvx512(key, device) && !PerCallOwnTile(key, device));
   if (GemmTileDefault(key, device)) return false;  // the own tiles' (gemm_params.h)
   const GemmView g = GemmViewOf(key);
