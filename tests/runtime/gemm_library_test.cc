@@ -670,10 +670,9 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
 // Small keys (m and n above 16, m*n*k at most 2^21): OpenBLAS on one thread where
 // TinyOpenblasRuleHolds, dnnl_sgemm on oneDNN's fitted threads where
 // SmallSgemmRuleHolds, oneDNN's matmul where SmallNtMatmulRuleHolds, else an own
-// kernel. Checked on the rule devices (and, under
-// ctest's passive rerun, with oneDNN's threads usable) on keys either side of 1 MFLOP
-// and of the thread condition (128 x 128 x 128: 4.2 MFLOP, two own threads on a budget
-// of two).
+// kernel. Checked on the rule devices (and, under ctest's passive rerun, with oneDNN's
+// threads usable) on keys either side of 1 MFLOP and of the thread condition
+// (128 x 128 x 128: 4.2 MFLOP, two own threads on a budget of two).
 TEST(CpuGemmTable, TheBuiltInDefaultOfSmallKeysFollowsTheMeasuredRule) {
   const bool onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr;
   if (!onednn) GTEST_SKIP() << "this build has no oneDNN variant";
