@@ -567,18 +567,20 @@ int FittedThreads(const char* variant, const OpKey& key, const DeviceInfo& d) {
 
 // Per-call `nn` decode steps of 5 to 16 tokens on an AVX-512 host: dnnl_sgemm
 // (OnednnSkinnySgemmFits) on an Intel host where n is above 16 and rows of B are at
-// most 2 KiB, whatever the work, with one thread, or with two where the own 8x32 tile
-// and oneDNN both fit one; else, with m*n*k above 2^21 on a
-// one-thread budget, above 2^24 on two (with passive OpenMP waiting), and n > 64, on an
-// AMD host where rows of B are more than 128 B from every multiple of 4 KiB, on an
-// Intel host where they are longer than 32 KiB, written out here from its rule.
+// most 2 KiB (3 KiB where B is at most 1 MiB), whatever the work, with one thread, or
+// with two where the own 8x32 tile and oneDNN both fit one; else, with m*n*k above
+// 2^21 on a one-thread budget, above 2^24 on two (with passive OpenMP waiting), and
+// n > 64, on an AMD host where rows of B are more than 128 B from every multiple of
+// 4 KiB, on an Intel host where they are longer than 32 KiB, written out here from its
+// rule.
 bool SkinnySgemmRuleHolds(const OpKey& key, const DeviceInfo& d) {
   if (!(d.isa & kIsaAvx512) || d.threads > 2 || key.constant_weights || key.trans_a || key.trans_b ||
       (d.threads == 2 && !testing::OmpWaitsPassively()))
     return false;
   const int64_t row_bytes = key.n() * 4, min_work = int64_t{1} << (d.threads == 1 ? 21 : 24);
   if (key.m() < 5 || key.m() > 16) return false;
-  if (d.vendor == "GenuineIntel" && key.n() > 16 && row_bytes <= 2048 &&
+  const bool narrow = row_bytes <= 2048 || (row_bytes <= 3072 && key.n() * key.k() * 4 <= (1 << 20));
+  if (d.vendor == "GenuineIntel" && key.n() > 16 && narrow &&
       (d.threads == 1 || (FittedThreads("cpu_f32_gemm_8x32__avx512", key, d) == 1 &&
                           FittedThreads("cpu_f32_gemm_onednn", key, d) == 1)))
     return true;
@@ -630,7 +632,9 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
                         {12, 8192, 4096, 0, 0},  {12, 8193, 4096, 0, 0},  // rows of B of 32 KiB
                         {12, 64, 4096, 0, 0},    {9, 80, 4096, 0, 0},     {12, 32, 8192, 0, 0},
                         {12, 512, 4096, 0, 0},   {12, 513, 4096, 0, 0},  // rows of B of 2 KiB
-                        {6, 35, 4245, 0, 0},     {10, 53, 184, 0, 0},   {14, 27, 74, 0, 0}};  // m*n*k below 2^21
+                        {6, 35, 4245, 0, 0},     {10, 53, 184, 0, 0},   {14, 27, 74, 0, 0},  // m*n*k below 2^21
+                        {7, 717, 342, 0, 0},     {7, 768, 341, 0, 0},   {7, 768, 342, 0, 0},  // B either side of 1 MiB
+                        {6, 769, 300, 0, 0}};  // rows of B over 3 KiB
   int nt_sgemm = 0;
   for (const DeviceInfo& d : RuleDevices())
     for (const Case& c : cases)

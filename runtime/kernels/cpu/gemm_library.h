@@ -174,6 +174,17 @@ inline constexpr int64_t kOnednnSgemmMinM = GemvMaxM(false) + 1;
 inline constexpr int64_t kOnednnSgemmAliasMarginBytes = 128;
 inline constexpr int64_t kOnednnSkinnySgemmIntelMinRowBytes = 32 << 10;
 inline constexpr int64_t kOnednnSkinnySgemmIntelNarrowMaxRowBytes = 2 << 10;
+// Rows of B up to kOnednnSkinnySgemmIntelMidMaxRowBytes count as narrow too where B is
+// at most kOnednnSkinnySgemmIntelMidMaxBytes (the own tile then reads it in place). On
+// the Intel host, 20 shapes drawn with rows of 2 to 3 KiB, one thread: dnnl_sgemm took
+// 0.67-0.84x the own tile's time on the 8 with B of at most 1 MiB, 0.96-1.10x on the 12
+// with more (bench/RESULTS.md, "Intel Xeon ...: the built-in default on two drawn sets
+// after this day's rules"); held out on 14 shapes drawn there with B of at most 1 MiB,
+// the own tile took 1.36x and 1.30x the new default's time in geometric mean
+// (1.00-1.80x; "... decode steps with rows of 2 to 3 KiB and small weights call
+// dnnl_sgemm").
+inline constexpr int64_t kOnednnSkinnySgemmIntelMidMaxRowBytes = 3 << 10;
+inline constexpr double kOnednnSkinnySgemmIntelMidMaxBytes = 1 << 20;
 constexpr double OnednnSkinnySgemmMinWork(int threads) {
   return threads == 1 ? kSmallClassMaxWork : double(int64_t{1} << 24);
 }

@@ -248,9 +248,11 @@ bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device) {
     return false;
   const bool one_thread = device.threads == 1 || (GemmFittedThreads(key, device, kGemmDefaultTile.nr) == 1 &&
                                                    onednn::FittedThreads(key, device) == 1);
-  if (device.vendor == kCpuVendorIntel && key.n() > kGemvTallMaxN &&
-      RowBytesOfB(key) <= kOnednnSkinnySgemmIntelNarrowMaxRowBytes && one_thread)
-    return true;
+  const int64_t row_bytes = RowBytesOfB(key);
+  const bool narrow = row_bytes <= kOnednnSkinnySgemmIntelNarrowMaxRowBytes ||
+                      (row_bytes <= kOnednnSkinnySgemmIntelMidMaxRowBytes &&
+                       WeightElements(key) * double(DTypeSize(key.dtype)) <= kOnednnSkinnySgemmIntelMidMaxBytes);
+  if (device.vendor == kCpuVendorIntel && key.n() > kGemvTallMaxN && narrow && one_thread) return true;
   if (double(key.m()) * double(key.n()) * double(key.k()) <= OnednnSkinnySgemmMinWork(device.threads)) return false;
   if (!PerCallNn(key)) return false;
   if (device.vendor == kCpuVendorIntel) return RowBytesOfB(key) > kOnednnSkinnySgemmIntelMinRowBytes;
