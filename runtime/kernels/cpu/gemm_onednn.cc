@@ -246,13 +246,14 @@ bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device) {
   if (key.constant_weights || key.trans_a || key.trans_b || device.threads > 2 || key.m() < kOnednnSgemmMinM ||
       ShapeClassOf(key) != ShapeClass::kSkinny)
     return false;
-  const bool one_thread = device.threads == 1 || (GemmFittedThreads(key, device, kGemmDefaultTile.nr) == 1 &&
-                                                   onednn::FittedThreads(key, device) == 1);
   const int64_t row_bytes = RowBytesOfB(key);
   const bool narrow = row_bytes <= kOnednnSkinnySgemmIntelNarrowMaxRowBytes ||
                       (row_bytes <= kOnednnSkinnySgemmIntelMidMaxRowBytes &&
                        WeightElements(key) * double(DTypeSize(key.dtype)) <= kOnednnSkinnySgemmIntelMidMaxBytes);
-  if (device.vendor == kCpuVendorIntel && key.n() > kGemvTallMaxN && narrow && one_thread) return true;
+  if (device.vendor == kCpuVendorIntel && key.n() > kGemvTallMaxN && narrow &&
+      (device.threads == 1 || (GemmFittedThreads(key, device, kGemmDefaultTile.nr) == 1 &&
+                               onednn::FittedThreads(key, device) == 1)))
+    return true;
   if (double(key.m()) * double(key.n()) * double(key.k()) <= OnednnSkinnySgemmMinWork(device.threads)) return false;
   if (!PerCallNn(key)) return false;
   if (device.vendor == kCpuVendorIntel) return RowBytesOfB(key) > kOnednnSkinnySgemmIntelMinRowBytes;
