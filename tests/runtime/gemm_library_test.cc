@@ -475,12 +475,15 @@ bool OwnTileNnHolds(const OpKey& key, const DeviceInfo& d) {
   return key.m() <= 31 || (key.m() <= 64 && aliased);
 }
 
-// Per-call keys on an Intel host where PerCallOnednnThreadsSuffice and RowsFirstHolds,
-// A not transposed, and B transposed or n above 512, run the own 8x32 tile, written
-// out here from its rule.
+// Per-call keys on an Intel host where PerCallOnednnThreadsSuffice, A not transposed,
+// and either RowsFirstHolds with B transposed or n above 512, or more than one thread
+// with k of at most 256 and m*n*k of at most 2^27, run the own 8x32 tile, written out
+// here from its rule.
 bool ShallowOwnTileHolds(const OpKey& key, const DeviceInfo& d) {
-  return PerCallOnednnThreadsSuffice(key, d) == 1 && !key.trans_a && (key.trans_b || key.n() > 512) &&
-         RowsFirstHolds(key, d);
+  if (PerCallOnednnThreadsSuffice(key, d) != 1 || key.trans_a) return false;
+  const bool shallow_threads = d.vendor == "GenuineIntel" && d.threads > 1 && key.k() <= 256 &&
+                               key.m() * key.n() * key.k() <= (int64_t{1} << 27);
+  return ((key.trans_b || key.n() > 512) && RowsFirstHolds(key, d)) || shallow_threads;
 }
 
 // oneDNN's device and weights condition: AVX-512 and the thread budget usable (one
@@ -524,7 +527,9 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
                                            {600, 256, 700},  {600, 255, 700},   {4000, 100, 1000},
                                            {66, 512, 385},   {63, 512, 1000},   {66, 511, 1000},   {66, 512, 384},
                                            {64, 512, 1000},  {128, 4096, 4096}, {112, 4096, 4096}, {141, 1024, 1000},
-                                           {157, 1024, 1000}, {1024, 1024, 1500}, {3000, 5000, 600}};
+                                           {157, 1024, 1000}, {1024, 1024, 1500}, {3000, 5000, 600},
+                                           {579, 537, 33},   {92, 519, 256},    {92, 519, 257},    {512, 1024, 256},
+                                           {512, 1025, 256}, {1039, 4380, 139}};
   ForEveryRuleKey(shapes, ShapeClass::kLarge, [&](const OpKey& key, const DeviceInfo& d, const Schedule& s) {
     if (const char* tile = LeastPaddingTile(key, d)) {
       EXPECT_STREQ(s.variant->name, tile) << s.ToString();

@@ -287,8 +287,21 @@ bool OnednnSmallNtMatmulFits(const OpKey& key, const DeviceInfo& device);
 //   drawn after, oneDNN took 1.43-1.52x the tile's time (1.04-2.79x), the better
 //   library 1.23-1.36x (one row of 54 below 1.0x, at 0.95x; bench/RESULTS.md, "Intel
 //   Xeon ...: per-call keys with shallow depth run the own tile").
+// - the own packed tile on an Intel host with more than one thread for keys with A as
+//   stored, k of at most kOwnTileShallowMaxK and m*n*k of at most
+//   kOwnTileShallowThreadsMaxWork, where oneDNN fits two threads too. On the Intel
+//   host, paired, per call, two threads, three drawn sets (k of 16 to 1024): at k up to
+//   256 and m*n*k up to 2^27 the fitted 8x32 took 0.77x the time of the oneDNN default
+//   in geometric mean, 0.46-0.98x on all 50 such rows (26 shapes); at k of 130 to 191
+//   with m*n*k of 2^28 to 2^31 0.90-1.23x, and from k = 284 mixed (0.75-1.37x). Held
+//   out, on 34 rows (19 shapes drawn in the rule) the old default took 1.29x and 1.30x
+//   the new one's time in geometric mean, 1.03-1.82x (bench/RESULTS.md, "Intel Xeon
+//   ...: shallow keys on two threads run the own tile"). Budgets above two threads are
+//   not timed.
 // Without passive waiting OpenBLAS keeps them (not measured against the own tile).
 inline constexpr int64_t kOwnTileShallowNnMinN = 512;
+inline constexpr int64_t kOwnTileShallowMaxK = 256;
+inline constexpr double kOwnTileShallowThreadsMaxWork = double(int64_t{1} << 27);
 inline constexpr int64_t kOwnTileAliasedRowsMaxM = 31;
 inline constexpr int64_t kOwnTileIntelMaxM = 31;
 inline constexpr int64_t kOwnTileIntelAliasedRowsMaxM = 64;

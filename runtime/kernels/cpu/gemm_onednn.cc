@@ -284,6 +284,9 @@ bool PerCallOwnTile(const OpKey& key, const DeviceInfo& device) {
   if (!OnednnThreadsSuffice(key, device)) return true;
   if (!key.trans_a && (key.trans_b || key.n() > kOwnTileShallowNnMinN) && GemmDefaultTileRowsFirst(key, device))
     return true;
+  if (device.vendor == kCpuVendorIntel && device.threads > 1 && !key.trans_a && key.k() <= kOwnTileShallowMaxK &&
+      double(key.m()) * double(key.n()) * double(key.k()) <= kOwnTileShallowThreadsMaxWork)
+    return true;
   if (!PerCallNn(key)) return false;
   if (device.vendor == kCpuVendorAmd) return key.m() <= kOwnTileAliasedRowsMaxM && RowAliasOffset(key) == 0;
   return key.m() <= kOwnTileIntelMaxM || (key.m() <= kOwnTileIntelAliasedRowsMaxM && RowAliasOffset(key) == 0);
