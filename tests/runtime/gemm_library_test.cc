@@ -477,13 +477,15 @@ bool OwnTileNnHolds(const OpKey& key, const DeviceInfo& d) {
 
 // Per-call keys on an Intel host where PerCallOnednnThreadsSuffice, A not transposed,
 // and either RowsFirstHolds with B transposed or n above 512, or more than one thread
-// with k of at most 256 and m*n*k of at most 2^27, run the own 8x32 tile, written out
-// here from its rule.
+// with k of at most 256 and m*n*k of at most 2^27, or one thread with k of at most 64
+// and n of 128 to 1024, run the own 8x32 tile, written out here from its rule.
 bool ShallowOwnTileHolds(const OpKey& key, const DeviceInfo& d) {
   if (PerCallOnednnThreadsSuffice(key, d) != 1 || key.trans_a) return false;
-  const bool shallow_threads = d.vendor == "GenuineIntel" && d.threads > 1 && key.k() <= 256 &&
-                               key.m() * key.n() * key.k() <= (int64_t{1} << 27);
-  return ((key.trans_b || key.n() > 512) && RowsFirstHolds(key, d)) || shallow_threads;
+  const bool intel = d.vendor == "GenuineIntel";
+  const bool shallow_threads =
+      intel && d.threads > 1 && key.k() <= 256 && key.m() * key.n() * key.k() <= (int64_t{1} << 27);
+  const bool shallow_one_thread = intel && d.threads == 1 && key.k() <= 64 && key.n() >= 128 && key.n() <= 1024;
+  return ((key.trans_b || key.n() > 512) && RowsFirstHolds(key, d)) || shallow_threads || shallow_one_thread;
 }
 
 // oneDNN's device and weights condition: AVX-512 and the thread budget usable (one
@@ -529,7 +531,9 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
                                            {64, 512, 1000},  {128, 4096, 4096}, {112, 4096, 4096}, {141, 1024, 1000},
                                            {157, 1024, 1000}, {1024, 1024, 1500}, {3000, 5000, 600},
                                            {579, 537, 33},   {92, 519, 256},    {92, 519, 257},    {512, 1024, 256},
-                                           {512, 1025, 256}, {1039, 4380, 139}};
+                                           {512, 1025, 256}, {1039, 4380, 139}, {623, 458, 64},
+                                           {623, 458, 65},   {623, 127, 64},    {623, 128, 64},    {623, 1024, 64},
+                                           {623, 1025, 64}};
   ForEveryRuleKey(shapes, ShapeClass::kLarge, [&](const OpKey& key, const DeviceInfo& d, const Schedule& s) {
     if (const char* tile = LeastPaddingTile(key, d)) {
       EXPECT_STREQ(s.variant->name, tile) << s.ToString();

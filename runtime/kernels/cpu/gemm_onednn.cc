@@ -287,6 +287,9 @@ bool PerCallOwnTile(const OpKey& key, const DeviceInfo& device) {
   if (device.vendor == kCpuVendorIntel && device.threads > 1 && !key.trans_a && key.k() <= kOwnTileShallowMaxK &&
       double(key.m()) * double(key.n()) * double(key.k()) <= kOwnTileShallowThreadsMaxWork)
     return true;
+  if (device.vendor == kCpuVendorIntel && device.threads == 1 && !key.trans_a && key.k() <= kOwnTileShallowOneThreadMaxK &&
+      key.n() >= kOwnTileShallowOneThreadMinN && key.n() <= kOwnTileShallowOneThreadMaxN)
+    return true;
   if (!PerCallNn(key)) return false;
   if (device.vendor == kCpuVendorAmd) return key.m() <= kOwnTileAliasedRowsMaxM && RowAliasOffset(key) == 0;
   return key.m() <= kOwnTileIntelMaxM || (key.m() <= kOwnTileIntelAliasedRowsMaxM && RowAliasOffset(key) == 0);
