@@ -599,6 +599,27 @@ bool SkinnySgemmRuleHolds(const OpKey& key, const DeviceInfo& d) {
   return row_bytes % 4096 > 128 && row_bytes % 4096 < 4096 - 128;
 }
 
+// Per-call `nt` decode steps (A as stored) of 5 to 16 tokens with n above 16 and k of
+// at most 64 on an Intel AVX-512 host run the own 8x32 tile (GemmShallowNtDecodeHolds),
+// on any thread budget, with or without the library variants; other per-call `nt`
+// decode keys do not (`nn` ones of 5 to 16 tokens run the tile or oneDNN by other
+// rules). Written out here from its rule.
+TEST(CpuGemmTable, ShallowNtDecodeStepsRunTheOwnTile) {
+  const std::array<int64_t, 3> shapes[] = {{12, 1303, 64}, {12, 1303, 65}, {5, 600, 30}, {4, 600, 30},
+                                           {16, 17, 30},   {16, 16, 30},   {9, 11567, 34}, {16, 4592, 16}};
+  int own = 0;
+  ForEveryRuleKey(shapes, ShapeClass::kSkinny, [&](const OpKey& key, const DeviceInfo& d, const Schedule& s) {
+    const bool holds = !key.constant_weights && !key.trans_a && key.trans_b && d.vendor == "GenuineIntel" &&
+                       (d.isa & kIsaAvx512) && key.m() >= 5 && key.n() > 16 && key.k() <= 64;
+    own += holds;
+    if (holds)
+      EXPECT_STREQ(s.variant->name, "cpu_f32_gemm_8x32__avx512") << s.ToString();
+    else if (!key.constant_weights && key.trans_b)
+      EXPECT_STRNE(s.variant->name, "cpu_f32_gemm_8x32__avx512") << s.ToString();
+  });
+  if (Host().isa & kIsaAvx512) EXPECT_GT(own, 0);
+}
+
 // Per-call `nt` decode steps of 5 to 12 tokens on an AMD AVX-512 host on one thread,
 // A (m x k) of at most 32 KiB, B of at most 4 MiB, k of at least 128: dnnl_sgemm
 // (OnednnSkinnyNtSgemmFits), written out here from its rule.

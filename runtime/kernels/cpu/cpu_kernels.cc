@@ -229,8 +229,15 @@ bool GemmDeepKDefaultHolds(const OpKey& key, const DeviceInfo& device) {
              kGemmDeepKMaxPaddedRows * double(RoundUp(key.m(), kGemmDefaultTile.mr));
 }
 
+bool GemmShallowNtDecodeHolds(const OpKey& key, const DeviceInfo& device) {
+  return !key.constant_weights && !key.trans_a && key.trans_b && device.vendor == kCpuVendorIntel &&
+         (device.isa & kIsaAvx512) != 0 && key.m() >= kGemmShallowNtDecodeMinM && key.m() <= kGemvMaxM &&
+         key.n() > kGemvTallMaxN && key.k() <= kGemmShallowNtDecodeMaxK;
+}
+
 bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
   if (v.isa != kIsaAvx512 || (device.isa & kIsaAvx512) == 0) return false;
+  if (GemmShallowNtDecodeHolds(key, device)) return v.config.gemm == kGemmDefaultTile;
 #ifdef CLIFFGUARD_WITH_ONEDNN
   if (!key.constant_weights) return PerCallOwnTile(key, device);
 #endif

@@ -317,4 +317,21 @@ inline constexpr GemmConfig kGemmDeepKDefaultTile{14, 32};
 inline constexpr double kGemmDeepKMaxPaddedRows = 1.06;
 bool GemmDeepKDefaultHolds(const OpKey& key, const DeviceInfo& device);
 
+// Per-call `nt` decode steps (A as stored, B transposed) of kGemmShallowNtDecodeMinM
+// to kGemvMaxM tokens with n above kGemvTallMaxN and k of at most
+// kGemmShallowNtDecodeMaxK, on an Intel AVX-512 host, run kGemmDefaultTile (which packs
+// B per call) in place of the small-m `nt` kernel, whose dot products along so short a
+// k are mostly horizontal sums. On the Intel Xeon (family 6 model 167), paired, per
+// call, 24 shapes drawn with m of 5 to 16, n of 17 to 12288 and k of 16 to 256, 1 and 2
+// threads: the fitted 8x32 took 0.53-0.98x the small-m kernel's time on all 24 rows
+// with k up to 57, and 1.14-2.00x on all 24 from k = 71. At m of 1 to 4 (20 shapes) it
+// was mostly behind (0.83-0.98x only at m = 3 and 4 with k up to 37). Held out, 24
+// shapes drawn in the rule, two runs: the small-m kernel took 1.40x and 1.41x the
+// tile's time in geometric mean on one thread, 1.38x and 1.36x on two (0.97-2.58x;
+// bench/RESULTS.md, "Intel Xeon ...: shallow `nt` decode steps run the own tile").
+// AMD hosts keep the small-m kernel (not measured there).
+inline constexpr int64_t kGemmShallowNtDecodeMinM = 5;
+inline constexpr int64_t kGemmShallowNtDecodeMaxK = 64;
+bool GemmShallowNtDecodeHolds(const OpKey& key, const DeviceInfo& device);
+
 }  // namespace cliffguard::cpu
