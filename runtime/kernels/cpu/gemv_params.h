@@ -23,8 +23,9 @@ enum GemvParam : int {
 
 // The largest m these variants run, by layout of B (measured, bench/RESULTS.md): nt
 // tiles keep B in L1/L2 while every row group of A passes, and beat the packed path
-// up to m = 16 (but at k of at most 64 on an Intel host: GemmShallowNtDecodeHolds); nn keeps m rows of C in L1, whose rows alias in L1 sets once many
-// rows are ldc apart, so beyond m = 4 the packed path is kept.
+// up to m = 16 (but at k of at most 64 on an Intel host: GemmShallowNtDecodeHolds);
+// nn keeps m rows of C in L1, whose rows alias in L1 sets once many rows are ldc
+// apart, so beyond m = 4 the packed path is kept.
 inline constexpr int64_t kGemvMaxM = 16;
 constexpr int64_t GemvMaxM(bool trans_b) { return trans_b ? 16 : 4; }
 
