@@ -302,11 +302,13 @@ bool OnednnSmallNtMatmulFits(const OpKey& key, const DeviceInfo& device);
 //   kOwnTileShallowOneThreadMaxN: on 24 shapes drawn there (seed 20261741), where oneDNN
 //   was the default, the fitted 8x32 took 0.78x its time in geometric mean on 17 `nt`
 //   rows (0.50-0.97x) and 0.87x on 19 `nn` rows (0.62-1.12x; above 1.0 on 3, at m of
-//   119 to 132); with fewer columns it was mostly behind (1.07-1.19x on 4 `nt` rows with
-//   n of 40 to 108 from other draws, 0.91x at n = 121). Held out, 33 shapes drawn there (59 rows), two runs:
-//   the old default took 1.10x and 1.13x the new one's time in geometric mean on `nn`
-//   (0.90-1.44x), 1.22x and 1.24x on `nt` (0.88-1.95x; bench/RESULTS.md, "Intel Xeon
-//   ...: shallow keys with 128 to 1024 columns on one thread run the own tile").
+//   119 to 132); with fewer columns it was mostly behind (1.07-1.19x on 4 `nt` rows
+//   with n of 40 to 108 from other draws, 0.91x at n = 121), and with more columns in
+//   `nt` held out level (1.05x in geometric mean, 0.76-1.40x on 14 rows; not taken).
+//   Held out, 33 shapes drawn in the rule (59 rows), two runs: the old default took
+//   1.10x and 1.13x the new one's time in geometric mean on `nn` (0.90-1.44x), 1.22x
+//   and 1.24x on `nt` (0.88-1.95x; bench/RESULTS.md, "Intel Xeon ...: shallow keys with
+//   128 to 1024 columns on one thread run the own tile").
 // Without passive waiting OpenBLAS keeps them (not measured against the own tile).
 inline constexpr int64_t kOwnTileShallowNnMinN = 512;
 inline constexpr int64_t kOwnTileShallowMaxK = 256;

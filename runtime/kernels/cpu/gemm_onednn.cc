@@ -284,12 +284,13 @@ bool PerCallOwnTile(const OpKey& key, const DeviceInfo& device) {
   if (!OnednnThreadsSuffice(key, device)) return true;
   if (!key.trans_a && (key.trans_b || key.n() > kOwnTileShallowNnMinN) && GemmDefaultTileRowsFirst(key, device))
     return true;
-  if (device.vendor == kCpuVendorIntel && device.threads > 1 && !key.trans_a && key.k() <= kOwnTileShallowMaxK &&
-      double(key.m()) * double(key.n()) * double(key.k()) <= kOwnTileShallowThreadsMaxWork)
-    return true;
-  if (device.vendor == kCpuVendorIntel && device.threads == 1 && !key.trans_a && key.k() <= kOwnTileShallowOneThreadMaxK &&
-      key.n() >= kOwnTileShallowOneThreadMinN && key.n() <= kOwnTileShallowOneThreadMaxN)
-    return true;
+  if (device.vendor == kCpuVendorIntel && !key.trans_a) {
+    const double work = double(key.m()) * double(key.n()) * double(key.k());
+    if (device.threads > 1 && key.k() <= kOwnTileShallowMaxK && work <= kOwnTileShallowThreadsMaxWork) return true;
+    if (device.threads == 1 && key.k() <= kOwnTileShallowOneThreadMaxK && key.n() >= kOwnTileShallowOneThreadMinN &&
+        key.n() <= kOwnTileShallowOneThreadMaxN)
+      return true;
+  }
   if (!PerCallNn(key)) return false;
   if (device.vendor == kCpuVendorAmd) return key.m() <= kOwnTileAliasedRowsMaxM && RowAliasOffset(key) == 0;
   return key.m() <= kOwnTileIntelMaxM || (key.m() <= kOwnTileIntelAliasedRowsMaxM && RowAliasOffset(key) == 0);
