@@ -19,7 +19,7 @@
 //   --per_call_schedules: the --schedule rows pass B with every call, as a miss of a
 //       per-call key runs (a variant that packs B then packs it in each call)
 //   --warm: one operand set per row, reused by every call (whatever fits stays in cache
-//       from call to call, as in a loop over the same buffers); the m = 1 read bound
+//       from call to call, as in a loop over the same buffers); the decode read bound
 //       does not apply then
 //   --isa=avx2: the rows that pick an own variant (packed, gemv, gemv_packed, default)
 //       decline the AVX-512 ones, as on an AVX2 host (the runtime's rows and the
@@ -43,7 +43,7 @@
 // interquartile range over the median). A host whose speed drifts over minutes
 // slows every row of a round alike, where repetitions of separate rows run minutes
 // apart. The machine's bounds run as rows of the same rounds: the read of
-// BM_read_bandwidth for m = 1 (counter read_bandwidth_GBps) and the FMAs of
+// BM_read_bandwidth for decode sizes, m <= 16 (counter read_bandwidth_GBps), and the FMAs of
 // BM_fma_peak for m, n, k >= 1000 (fma_peak_GFLOPS). Its verdict compares the
 // per-round ratio of tuned to default: slower beyond the noise when its median
 // exceeds 1 + max(2%, its half interquartile range).
@@ -569,7 +569,8 @@ double Quantile(std::vector<double> v, double f) {
 }
 
 // The machine's bounds as paired rows, timed in the same rounds as the shape's rows:
-// for m = 1 the read of BM_read_bandwidth, for large shapes (m, n, k >= 1000) the
+// for decode sizes (m <= 16, where reading the weights bounds the small-m kernels) the
+// read of BM_read_bandwidth, for large shapes (m, n, k >= 1000) the
 // register FMAs of BM_fma_peak. Their counters are rates: read_bandwidth_GBps and
 // fma_peak_GFLOPS, medians over the rounds.
 struct BoundRow {
@@ -581,7 +582,7 @@ struct BoundRow {
 
 std::vector<BoundRow> BoundRows(const Shape& s, int threads) {
   std::vector<BoundRow> rows;
-  if (s.m == 1 && (HostCpuDevice().isa & kIsaAvx2))
+  if (s.m <= 16 && (HostCpuDevice().isa & kIsaAvx2))
     rows.push_back({"read_bandwidth", "read_bandwidth_GBps", double(ReadBuffer().size() / size_t(threads) / 64 * 64) * 4 * threads,
                     [threads] { (void)ReadShares(threads); }});
   if (std::min({s.m, s.n, s.k}) >= 1000 && (HostCpuDevice().isa & kIsaAvx2))

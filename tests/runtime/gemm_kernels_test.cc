@@ -327,6 +327,28 @@ TEST(CpuGemmTable, NtSecondPassesPrefetchOnIntel) {
   }
 }
 
+// nt defaults pass in depth blocks of 256 on Intel AVX-512 hosts where m takes more
+// than one pass and the rows a whole-depth tile reads (m of A, 4 of B) are over
+// 32 KiB; all of k at once elsewhere (m <= 4, rows within the bound, AMD, AVX2).
+TEST(CpuGemmTable, NtPassesRunInDepthBlocksOnIntel) {
+  CG_REQUIRE_VARIANT(v, "cpu_f32_gemv_nt__avx512");
+  const auto kc = [&](std::string_view vendor, int threads, int64_t m, int64_t k) {
+    return DefaultOn(*v, vendor, threads, OpKey::Gemm(m, 4096, k, false, true)).params[cpu::kGemvNTKc];
+  };
+  for (int threads : {1, 2}) {
+    EXPECT_EQ(kc(kCpuVendorIntel, threads, 5, 1200), 256);  // 9 rows of 4800 bytes
+    EXPECT_EQ(kc(kCpuVendorIntel, threads, 5, 910), 0);     // 9 x 3640 = 32760 bytes
+    EXPECT_EQ(kc(kCpuVendorIntel, threads, 5, 911), 256);
+    EXPECT_EQ(kc(kCpuVendorIntel, threads, 16, 409), 0);    // 20 x 1636 = 32720 bytes
+    EXPECT_EQ(kc(kCpuVendorIntel, threads, 16, 410), 256);
+    EXPECT_EQ(kc(kCpuVendorIntel, threads, 16, 11008), 256);
+    EXPECT_EQ(kc(kCpuVendorIntel, threads, 4, 11008), 0);   // one pass
+    EXPECT_EQ(kc(kCpuVendorAmd, threads, 16, 4096), 0);
+  }
+  CG_REQUIRE_VARIANT(avx2, "cpu_f32_gemv_nt__avx2");
+  EXPECT_EQ(DefaultOn(*avx2, kCpuVendorIntel, 1, OpKey::Gemm(16, 4096, 4096, false, true)).params[cpu::kGemvNTKc], 0);
+}
+
 // nt defaults read each row of a tile whole on AMD CPUs at m = 1 with rows of up to 12
 // KiB on one thread (8 KiB on more) and at m = 2 up to 3 KiB; side by side elsewhere.
 TEST(CpuGemmTable, NtTilesReadShortRowsWholeOnAmd) {
@@ -573,7 +595,34 @@ void GemvDeepSteps(const KernelVariant& v) {
         }
 }
 
+// nt depth blocks (`kc`): blocks of 128 and 256 over k of one block and a vector more,
+// a partial last block and a partial vector, several blocks; m of one pass (1, 4) and
+// several (5, 16; the passes share out the next block's rows), every nj with tiles and
+// single columns after them, both orders, prefetch on and off, 1 to 3 threads, A
+// stored transposed, padded rows, alpha and beta. kc at or above k runs all of k.
+void GemvDepthBlocks(const KernelVariant& v) {
+  if (!GemvTransB(v)) GTEST_SKIP() << v.name << " runs B stored k x n, which has no depth blocks";
+  int seed = 0;
+  for (int kc : {128, 256})
+    for (int nj : {1, 2, 4, 8})
+      for (int64_t m : {1, 4, 5, 16})
+        for (int64_t k : {129, 256, 300, 700}) {
+          ++seed;
+          GemmTester t;
+          t.shape(m, 3 * nj + 2 + seed % 7, k).trans_b(true).trans_a(seed % 5 == 0);
+          t.lda_pad(seed % 3).ldb_pad(seed % 2 * 5).beta(seed % 2 ? 0.5f : 0.0f).alpha(seed % 3 == 0 ? -1.5f : 1.0f);
+          t.nan_c(seed % 2 == 0).seed(uint32_t(seed));
+          const Schedule s = With(v, {{"threads", 1 + seed % 3}, {"nj", nj}, {"order", seed / 2 % 2},
+                                      {"prefetch", seed / 4 % 2}, {"kc", kc}});
+          if (!t.Test(s)) return;
+        }
+}
+
 #define CG_GEMV(isa, name, trans_b)         \
+  TEST(name, DepthBlocks) {                 \
+    CG_REQUIRE_VARIANT(v, #name);           \
+    GemvDepthBlocks(*v);                    \
+  }                                         \
   TEST(name, DeepSteps) {                   \
     CG_REQUIRE_VARIANT(v, #name);           \
     GemvDeepSteps(*v);                      \

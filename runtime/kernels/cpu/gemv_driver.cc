@@ -16,6 +16,7 @@ namespace cliffguard::cpu {
 namespace {
 
 thread_local std::vector<float> tls_a;  // op(A) rows when A is stored transposed
+thread_local ThreadScratch tls_a_blocks;  // op(A) in nt depth blocks (`kc`)
 thread_local ThreadScratch tls_panels;  // op(B) packed, or transposed (tall), per call (a call without packed_b)
 
 struct Job {
@@ -156,6 +157,11 @@ void TransposeRows(const float* src, int64_t ld, int64_t rows, int64_t cols, flo
 
 }  // namespace
 
+void NTPackDepthBlocks(const float* a, int64_t lda, int64_t m, int64_t k, int64_t kc, float* dst) {
+  for (int64_t p0 = 0; p0 < k; p0 += kc, dst += m * kc)
+    for (int64_t i = 0; i < m; ++i) std::copy_n(a + i * lda + p0, std::min(kc, k - p0), dst + i * kc);
+}
+
 int32_t GemvThreads(const OpKey& key, const DeviceInfo& device) {
   return ThreadsWithin(WeightElements(key) * double(DTypeSize(key.dtype)) / kGemvBytesPerThread, device);
 }
@@ -197,6 +203,7 @@ void GemvFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
     p[kGemvOrder] = device.vendor == kCpuVendorAmd &&
                     key.k() * int64_t(DTypeSize(key.dtype)) <= GemvRowsWholeMaxBytes(key.m(), threads);
     p[kGemvNTPrefetch] = GemvNTDefaultPrefetch(device.vendor == kCpuVendorIntel);
+    p[kGemvNTKc] = GemvNTDefaultKc(device.vendor == kCpuVendorIntel, wide, key.m(), key.k());
   } else {
     // Rows of B up to kGemvNNRowsWholeMaxBytes: a tile of C in registers, its threads
     // splitting k where all of n fits it (splitting such short rows by n, they read
@@ -240,8 +247,22 @@ template void GemvFitDefaults<true>(const KernelVariant&, const OpKey&, const De
 Status GemvF32(const GemmArgs& args, const ParamValues& p, void (*rows)(const GemvTask&)) {
   Job job{TaskOf(args, p[kGemvBlock]), rows, (args.n + 15) / 16, 16};
   job.task.rows_whole = GemvNNTiles(p[kGemvOrder]);  // nt: order 1, rows of B read whole
-  if (args.trans_b) job.task.prefetch_next_tile = p[kGemvNTPrefetch] != 0;
-  else job.task.step_rows = p[kGemvUnrollK];
+  if (args.trans_b) {
+    job.task.prefetch_next_tile = p[kGemvNTPrefetch] != 0;
+    if (p[kGemvNTKc] > 0 && p[kGemvNTKc] < args.k) {
+      GemvTask& t = job.task;
+      t.kc = p[kGemvNTKc];
+      float* blocks = tls_a_blocks.Get(NTDepthBlockFloats(t.m, t.k, t.kc));
+      if (!blocks)
+        return Internal(fmt::format("gemv: cannot allocate {} bytes for A in depth blocks",
+                                    NTDepthBlockFloats(t.m, t.k, t.kc) * int64_t{sizeof(float)}));
+      NTPackDepthBlocks(t.a, t.lda, t.m, t.k, t.kc, blocks);
+      t.a = blocks;
+      t.lda = t.kc;
+    }
+  } else {
+    job.task.step_rows = p[kGemvUnrollK];
+  }
   if (GemvNNSplitsK(p[kGemvOrder]) && p[kGemvThreads] > 1) return GemvSplitK(job, p[kGemvThreads]);
   RunJob(job, p[kGemvThreads]);
   return Status::Ok();

@@ -15,6 +15,8 @@
 // products along k (contiguous in both), then reduces horizontally; for each tile of
 // NJ rows of B every group of MI rows of A passes, so B is read from memory once. The
 // tile reads its rows side by side, or each whole in turn (`order`, gemv_params.h).
+// With `kc` the passes go depth block by depth block, so that the later ones find the
+// block's rows of B in L1, and each requests a share of the next block's rows.
 // packed (either layout, constant weights): op(B) packed into panels of NV vectors'
 // columns, each k rows of the panel contiguous (GemvPanelPack); the m x NV-vector
 // tile of C stays in registers for all of k while its panel streams through once,
@@ -220,24 +222,47 @@ CG_INLINE void NTStore(const GemvTask& t, int i0, int64_t j, typename T::V (&acc
   }
 }
 
+// Which depth a tile covers: all of k, or (t.kc) the first block or a later one.
+enum NTDepth : int { kNTWholeDepth, kNTFirstBlock, kNTLaterBlock };
+
+// A tile's sums up to depth p1: kept in part for the next depth block, or into C.
+template <class T, int MI, int NJ, int kBlock>
+CG_INLINE void NTFinish(const GemvTask& t, int i0, int64_t j, int64_t p1, typename T::V* part,
+                        typename T::V (&acc)[MI][NJ]) {
+  if (kBlock != kNTWholeDepth && p1 < t.k) {
+#pragma GCC unroll 8
+    for (int i = 0; i < MI; ++i)
+#pragma GCC unroll 8
+      for (int q = 0; q < NJ; ++q) part[i * NJ + q] = acc[i][q];
+    return;
+  }
+  NTStore<T, MI, NJ>(t, i0, j, acc);
+}
+
 // C[i0:i0+MI, j:j+NJ] from rows i0.. of A and rows j.. of B: at each k step the NJ
 // rows side by side, or (t.rows_whole) each row whole before the next, so that rows
 // stored one after another are read as one sequential stream.
-template <class T, int MI, int NJ, bool kPrefetch>
-CG_INLINE void NTTile(const GemvTask& t, int i0, int64_t j) {
+// Depth blocks (t.kc): the tile covers k in [p0, p1) only, its partial sums carried
+// between blocks in part (MI x NJ vectors, row by row), reduced after the last block.
+template <class T, int MI, int NJ, bool kPrefetch, int kBlock>
+CG_INLINE void NTTile(const GemvTask& t, int i0, int64_t j, int64_t p0, int64_t p1, typename T::V* part,
+                      const float* const* ahead = nullptr) {
   using V = typename T::V;
   constexpr int W = T::kWidth;
   V acc[MI][NJ];
 #pragma GCC unroll 8
   for (int i = 0; i < MI; ++i)
 #pragma GCC unroll 8
-    for (int q = 0; q < NJ; ++q) acc[i][q] = T::Zero();
+    for (int q = 0; q < NJ; ++q) acc[i][q] = kBlock == kNTLaterBlock ? part[i * NJ + q] : T::Zero();
+  // Rows of A and B from depth p0 on; blocks of A packed as NTPackDepthBlocks lays them.
   const float* arow[MI];
+  const float* a = kBlock == kNTWholeDepth ? t.a : t.a + p0 / t.kc * t.m * t.kc;
 #pragma GCC unroll 8
-  for (int i = 0; i < MI; ++i) arow[i] = t.a + (i0 + i) * t.lda;
+  for (int i = 0; i < MI; ++i) arow[i] = a + (i0 + i) * t.lda;
   const float* brow[NJ];
 #pragma GCC unroll 8
-  for (int q = 0; q < NJ; ++q) brow[q] = t.b + (j + q) * t.ldb;
+  for (int q = 0; q < NJ; ++q) brow[q] = t.b + (j + q) * t.ldb + p0;
+  const int64_t d = p1 - p0;
   if (t.rows_whole) {
     // U partial sums per row of A over alternate vectors of k, so that a row's FMAs
     // do not all wait on one accumulator's latency.
@@ -246,43 +271,46 @@ CG_INLINE void NTTile(const GemvTask& t, int i0, int64_t j) {
     for (int q = 0; q < NJ; ++q) {
       int64_t p = 0;
       if constexpr (U > 1) {
-        V part[MI][U];
+        V sum[MI][U];
 #pragma GCC unroll 8
         for (int i = 0; i < MI; ++i)
 #pragma GCC unroll 4
-          for (int u = 0; u < U; ++u) part[i][u] = T::Zero();
-        for (; p + U * W <= t.k; p += U * W)
+          for (int u = 0; u < U; ++u) sum[i][u] = T::Zero();
+        for (; p + U * W <= d; p += U * W)
 #pragma GCC unroll 4
           for (int u = 0; u < U; ++u) {
             const V bv = T::Load(brow[q] + p + u * W);
 #pragma GCC unroll 8
-            for (int i = 0; i < MI; ++i) part[i][u] = T::Fma(T::Load(arow[i] + p + u * W), bv, part[i][u]);
+            for (int i = 0; i < MI; ++i) sum[i][u] = T::Fma(T::Load(arow[i] + p + u * W), bv, sum[i][u]);
           }
 #pragma GCC unroll 8
         for (int i = 0; i < MI; ++i)
 #pragma GCC unroll 4
-          for (int u = 0; u < U; ++u) acc[i][q] = T::Add(acc[i][q], part[i][u]);
+          for (int u = 0; u < U; ++u) acc[i][q] = T::Add(acc[i][q], sum[i][u]);
       }
-      for (; p + W <= t.k; p += W) {
+      for (; p + W <= d; p += W) {
         const V bv = T::Load(brow[q] + p);
 #pragma GCC unroll 8
         for (int i = 0; i < MI; ++i) acc[i][q] = T::Fma(T::Load(arow[i] + p), bv, acc[i][q]);
       }
-      if (p < t.k) {
-        const int n = int(t.k - p);
+      if (p < d) {
+        const int n = int(d - p);
         const V bv = T::LoadN(brow[q] + p, n);
 #pragma GCC unroll 8
         for (int i = 0; i < MI; ++i) acc[i][q] = T::Fma(T::LoadN(arow[i] + p, n), bv, acc[i][q]);
       }
     }
-    return NTStore<T, MI, NJ>(t, i0, j, acc);
+    return NTFinish<T, MI, NJ, kBlock>(t, i0, j, p1, part, acc);
   }
   int64_t p = 0;
   const int64_t next = NJ * t.ldb;  // the next tile's rows of B (kPrefetch: requested into L2)
-  for (; p + W <= t.k; p += W) {
+  for (; p + W <= d; p += W) {
     if constexpr (kPrefetch)
 #pragma GCC unroll 8
       for (int q = 0; q < NJ; ++q) __builtin_prefetch(brow[q] + next + p, 0, 2);
+    if constexpr (kBlock != kNTWholeDepth)
+#pragma GCC unroll 8
+      for (int q = 0; q < NJ; ++q) __builtin_prefetch(ahead[q] + p, 0, 2);
     V av[MI];
 #pragma GCC unroll 8
     for (int i = 0; i < MI; ++i) av[i] = T::Load(arow[i] + p);
@@ -293,8 +321,8 @@ CG_INLINE void NTTile(const GemvTask& t, int i0, int64_t j) {
       for (int i = 0; i < MI; ++i) acc[i][q] = T::Fma(av[i], bv, acc[i][q]);
     }
   }
-  if (p < t.k) {
-    const int n = int(t.k - p);
+  if (p < d) {
+    const int n = int(d - p);
     V av[MI];
 #pragma GCC unroll 8
     for (int i = 0; i < MI; ++i) av[i] = T::LoadN(arow[i] + p, n);
@@ -305,26 +333,39 @@ CG_INLINE void NTTile(const GemvTask& t, int i0, int64_t j) {
       for (int i = 0; i < MI; ++i) acc[i][q] = T::Fma(av[i], bv, acc[i][q]);
     }
   }
-  NTStore<T, MI, NJ>(t, i0, j, acc);
+  NTFinish<T, MI, NJ, kBlock>(t, i0, j, p1, part, acc);
 }
 
 // The most rows of A a tile of NJ rows of B takes: MI * NJ accumulators, MI rows of
-// A and one row of B in registers (one register to spare), at most 4.
-template <class T, int NJ>
+// A and one row of B in registers (one register to spare), at most kCap.
+// In depth blocks (t.kc) up to 8 rows: with the block's rows of A and B in L1, fewer,
+// longer passes (at m = 10, 6 + 4 rows rather than 4 + 4 + 2) took 0.86-1.03x the time
+// of 4-row passes on four shapes of m = 10 to 16 on the Intel Xeon, each relative to
+// the whole-depth kernel in its run (bench/RESULTS.md, "... small-m nt passes in depth blocks").
+inline constexpr int kNTBlockMaxRows = 8;
+template <class T, int NJ, int kCap = 4>
 constexpr int NTMaxRows() {
-  int mi = 4;
+  int mi = kCap;
   while (mi > 1 && mi * NJ + mi + 1 > kVectorRegs<T> - 1) --mi;
   return mi;
 }
 
-// Rows [i, i+r) of C, r < MI, against the NJ rows of B at j: one tile.
-template <class T, int NJ, bool kPrefetch>
-CG_INLINE void NTRest(const GemvTask& t, int i, int r, int64_t j) {
-  switch (r) {
-    case 1: return NTTile<T, 1, NJ, kPrefetch>(t, i, j);
-    case 2: if constexpr (NTMaxRows<T, NJ>() > 2) return NTTile<T, 2, NJ, kPrefetch>(t, i, j); break;
-    case 3: if constexpr (NTMaxRows<T, NJ>() > 3) return NTTile<T, 3, NJ, kPrefetch>(t, i, j); break;
+// A tile of r rows, 2 <= r <= R.
+template <class T, int NJ, bool kPrefetch, int kBlock, int R>
+CG_INLINE void NTRestOf(const GemvTask& t, int i, int r, int64_t j, int64_t p0, int64_t p1, typename T::V* part,
+                        const float* const* ahead) {
+  if constexpr (R >= 2) {
+    if (r == R) return NTTile<T, R, NJ, kPrefetch, kBlock>(t, i, j, p0, p1, part, ahead);
+    NTRestOf<T, NJ, kPrefetch, kBlock, R - 1>(t, i, r, j, p0, p1, part, ahead);
   }
+}
+
+// Rows [i, i+r) of C, r < MI, against the NJ rows of B at j: one tile.
+template <class T, int NJ, bool kPrefetch, int kBlock, int kCap = 4>
+CG_INLINE void NTRest(const GemvTask& t, int i, int r, int64_t j, int64_t p0, int64_t p1, typename T::V* part,
+                      const float* const* ahead) {
+  if (r == 1) return NTTile<T, 1, NJ, kPrefetch, kBlock>(t, i, j, p0, p1, part, ahead);
+  NTRestOf<T, NJ, kPrefetch, kBlock, NTMaxRows<T, NJ, kCap>() - 1>(t, i, r, j, p0, p1, part, ahead);
 }
 
 // Columns [j, j+NJ) of C for every row, in groups of MI rows and one smaller tile
@@ -333,28 +374,65 @@ CG_INLINE void NTRest(const GemvTask& t, int i, int r, int64_t j) {
 // With t.prefetch_next_tile the second pass (its rows of B in cache) requests the
 // next tile's, which memory would otherwise leave until that tile's first pass.
 template <class T, int NJ, bool kPrefetch>
-void NTColumnTile(const GemvTask& t, int64_t j) {
+CG_INLINE void NTPasses(const GemvTask& t, int64_t j) {
   constexpr int MI = NTMaxRows<T, NJ>();
   const bool fetch_next = !kPrefetch && t.prefetch_next_tile;
   int i = 0;
   for (; i + MI <= t.m; i += MI) {
-    if (fetch_next && i == MI) NTTile<T, MI, NJ, true>(t, i, j);
-    else NTTile<T, MI, NJ, kPrefetch>(t, i, j);
+    if (fetch_next && i == MI) NTTile<T, MI, NJ, true, kNTWholeDepth>(t, i, j, 0, t.k, nullptr);
+    else NTTile<T, MI, NJ, kPrefetch, kNTWholeDepth>(t, i, j, 0, t.k, nullptr);
   }
   if constexpr (MI > 1) {
     if (i < t.m) {
-      if (fetch_next && i == MI) NTRest<T, NJ, true>(t, i, t.m - i, j);
-      else NTRest<T, NJ, kPrefetch>(t, i, t.m - i, j);
+      if (fetch_next && i == MI) NTRest<T, NJ, true, kNTWholeDepth>(t, i, t.m - i, j, 0, t.k, nullptr, nullptr);
+      else NTRest<T, NJ, kPrefetch, kNTWholeDepth>(t, i, t.m - i, j, 0, t.k, nullptr, nullptr);
     }
   }
+}
+
+// The same over depth [p0, p1) (t.kc), so that every pass after the first finds the
+// block's rows of B in L1. With t.prefetch_next_tile each pass requests its share of
+// the next block's rows (of this tile, or the next tile's first), so that memory
+// streams while the block's later passes compute from L1.
+template <class T, int NJ, int kBlock>
+CG_INLINE void NTBlockPasses(const GemvTask& t, int64_t j, int64_t p0, int64_t p1, typename T::V* part) {
+  constexpr int MI = NTMaxRows<T, NJ, kNTBlockMaxRows>();
+  const int passes = (t.m + MI - 1) / MI;
+  // Each pass requests its share of the next block's rows: pass r rows q with
+  // q % passes == r; the other slots name the tile's own rows, already in L1.
+  const float* next = t.b + j * t.ldb + p1;
+  int64_t next_rows = t.prefetch_next_tile ? NJ : 0;
+  if (p1 == t.k) {  // the next tile's first block
+    next = t.b + (j + NJ) * t.ldb;
+    next_rows = t.prefetch_next_tile ? std::clamp<int64_t>(t.j1 - j - NJ, 0, NJ) : 0;
+  }
+  const float* own = t.b + j * t.ldb + p0;
+  const float* ahead[NJ];
+  int i = 0;
+  for (int pass = 0; i < t.m; i += MI, ++pass) {
+#pragma GCC unroll 8
+    for (int q = 0; q < NJ; ++q) ahead[q] = (q < next_rows && q % passes == pass ? next : own) + q * t.ldb;
+    if (i + MI <= t.m) NTTile<T, MI, NJ, false, kBlock>(t, i, j, p0, p1, part + i * NJ, ahead);
+    else if constexpr (MI > 1) NTRest<T, NJ, false, kBlock, kNTBlockMaxRows>(t, i, t.m - i, j, p0, p1, part + i * NJ, ahead);
+  }
+}
+
+// part: kGemvMaxM x NJ vectors of scratch.
+template <class T, int NJ, bool kPrefetch>
+void NTColumnTile(const GemvTask& t, int64_t j, typename T::V* part) {
+  if (t.kc == 0 || t.kc >= t.k) return NTPasses<T, NJ, kPrefetch>(t, j);
+  NTBlockPasses<T, NJ, kNTFirstBlock>(t, j, 0, t.kc, part);
+  for (int64_t p0 = t.kc; p0 < t.k; p0 += t.kc)
+    NTBlockPasses<T, NJ, kNTLaterBlock>(t, j, p0, std::min(t.k, p0 + t.kc), part);
 }
 
 // The task's columns: NJ-wide tiles, then single columns.
 template <class T, int NJ, bool kPrefetch>
 void NTRowsOf(const GemvTask& t) {
+  typename T::V part[kGemvMaxM * NJ] = {};  // depth blocks' partial sums, zeroed once per task
   int64_t j = t.j0;
-  for (; j + NJ <= t.j1; j += NJ) NTColumnTile<T, NJ, kPrefetch>(t, j);
-  for (; j < t.j1; ++j) NTColumnTile<T, 1, kPrefetch>(t, j);
+  for (; j + NJ <= t.j1; j += NJ) NTColumnTile<T, NJ, kPrefetch>(t, j, part);
+  for (; j < t.j1; ++j) NTColumnTile<T, 1, kPrefetch>(t, j, part);
 }
 
 // Tall tasks may prefetch (tile order 0) in every pass; the small-m ones in their

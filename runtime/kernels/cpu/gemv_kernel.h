@@ -39,12 +39,26 @@ struct GemvTask {
   bool rows_whole = false;  // `order` 1: each row of B (nt) or of a C tile's columns (nn) read whole
   int step_rows = 0;  // nn steps at m = 1 (`unroll_k`): kGemvNNDeepStepRows, else as the registers allow
   bool prefetch_next_tile = false;  // nt `prefetch` 1: a tile's second pass requests the next tile's rows of B
+  // nt `kc`: depth per block of the row groups' passes, a multiple of the vector width;
+  // 0 (or >= k) = all of k at once. Below k, A holds op(A) as NTPackDepthBlocks lays it
+  // and lda == kc.
+  int64_t kc = 0;
   int64_t ldc_col = 1;  // tall tasks only
 };
 
 // Rows of B per nn step at m = 1 with `unroll_k` 16 (AVX-512): each row's vector goes
 // straight into its FMA, so the step holds 16 broadcasts of A and one vector of C.
 inline constexpr int kGemvNNDeepStepRows = 16;
+
+// op(A) (m x k rows, leading dimension lda) in depth blocks of kc for an nt task with
+// kc < k: block b (depth [b * kc, min(k, (b + 1) * kc))) at dst + b * m * kc, its row
+// i at + i * kc, so that the rows a block's passes read lie together in L1 rather than
+// lda apart (rows 16 KiB apart share L1's sets). dst holds NTDepthBlockFloats floats.
+inline int64_t NTDepthBlockFloats(int64_t m, int64_t k, int64_t kc) { return (k + kc - 1) / kc * m * kc; }
+void NTPackDepthBlocks(const float* a, int64_t lda, int64_t m, int64_t k, int64_t kc, float* dst);
+
+// The most rows of A (m) a task has (GemvMaxM in gemv_params.h: by layout of B).
+inline constexpr int64_t kGemvMaxM = 16;
 
 using GemvRowsFn = void (*)(const GemvTask& task);
 

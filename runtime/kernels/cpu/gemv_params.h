@@ -11,14 +11,15 @@ namespace cliffguard::cpu {
 
 // Indices in ParamValues (declaration order of the kSpecs below).
 // kGemvOrder is the nn and nt variants' third parameter, kGemvPrefetch the packed ones';
-// kGemvUnrollK the nn variants' fourth, kGemvNTPrefetch the nt ones'.
+// kGemvUnrollK the nn variants' fourth, kGemvNTPrefetch the nt ones'; kGemvNTKc the nt ones' fifth.
 enum GemvParam : int {
   kGemvThreads = 0,
   kGemvBlock = 1,
   kGemvOrder = 2,
   kGemvPrefetch = 2,
   kGemvUnrollK = 3,
-  kGemvNTPrefetch = 3
+  kGemvNTPrefetch = 3,
+  kGemvNTKc = 4
 };
 
 // The largest m these variants run, by layout of B (measured, bench/RESULTS.md): nt
@@ -26,11 +27,12 @@ enum GemvParam : int {
 // up to m = 16 (but at k of at most 64 on an Intel host: GemmShallowNtDecodeHolds);
 // nn keeps m rows of C in L1, whose rows alias in L1 sets once many rows are ldc
 // apart, so beyond m = 4 the packed path is kept.
-inline constexpr int64_t kGemvMaxM = 16;
 constexpr int64_t GemvMaxM(bool trans_b) { return trans_b ? 16 : 4; }
 
 inline constexpr int32_t kGemvNbValues[] = {64, 128, 256, 512, 1024, 2048, 4096};
 inline constexpr int32_t kGemvNjValues[] = {1, 2, 4, 8};
+// nt depth blocks: 0 = all of k at once.
+inline constexpr int32_t kGemvNTKcValues[] = {0, 128, 256, 512, 1024, 2048};
 
 // nn `order` values: 0 steps of rows, 1 a tile of C in registers (threads split n),
 // 2 the same tile with threads splitting k, 3 steps of rows with threads splitting k.
@@ -50,6 +52,7 @@ inline constexpr ParamSpec kGemvNTSpecs[] = {
     {"nj", kGemvNjValues, 4, "rows of B (columns of C) per register tile; rows of A per tile: at most 4, as many as the registers hold"},
     {"order", kGemmBoolValues, 0, "0 = a tile's rows of B read side by side at each k step; 1 = each row whole, then the next (one sequential stream where rows are stored one after another)"},
     {"prefetch", kGemmBoolValues, 0, "1 = where m takes more than one pass of a tile's rows of A over its rows of B, the second pass (those rows then in cache) requests the next tile's rows of B into L2 (order 0); 0 = none"},
+    {"kc", kGemvNTKcValues, 0, "depth (k elements) per block: every row group of A passes over a block of the tile's rows of B before the next block, so passes after the first read it from L1; partial sums kept between blocks; 0 = all of k at once"},
 };
 // The fitted `prefetch` (nt): 1 on Intel CPUs. With a tile's rows of B in cache after
 // the first row group's pass, the later passes left memory idle; the second now
@@ -62,6 +65,23 @@ inline constexpr ParamSpec kGemvNTSpecs[] = {
 // ...: small-m nt passes prefetch the next rows of B". AMD keeps 0 (not measured).
 // m <= 4 (one pass) is unaffected.
 constexpr int32_t GemvNTDefaultPrefetch(bool intel) { return intel ? 1 : 0; }
+// The fitted `kc` (nt): kGemvNTDefaultKc on Intel AVX-512 hosts where m takes more
+// than one pass (m >= 5) and the rows a whole-depth tile reads, m of A and 4 of B, are
+// over kGemvNTBlockMinBytes (2/3 of the 48 KiB L1d): each later pass then read its
+// rows of B from L2, not L1, and memory sat idle while the later passes ran. On the
+// Intel Xeon (family 6 model 167), per call, one and two threads, 16 drawn shapes
+// with m of 4 to 14: blocks of 256 took 0.51-1.00x the time on the 16 rows over the
+// bound (0.691x in geometric mean) and 0.86-1.39x on the 10 with m >= 5 under it
+// (1.15-1.39x at k of 399 to 563, whose rows stay in L1 whole). Held out (16 shapes
+// drawn in the rule, two runs): the old default took 1.34-1.41x the time on one
+// thread and 1.31-1.36x on two. At m of 1 to 4 (one pass): 0.88-1.06x, not changed.
+// bench/RESULTS.md, "Intel Xeon ...: small-m nt passes in depth blocks". AMD and AVX2
+// keep 0 (not measured).
+inline constexpr int32_t kGemvNTDefaultKc = 256;
+inline constexpr int64_t kGemvNTBlockMinBytes = 32 << 10;
+constexpr int32_t GemvNTDefaultKc(bool intel, bool avx512, int64_t m, int64_t k) {
+  return intel && avx512 && m >= 5 && (m + 4) * k * 4 > kGemvNTBlockMinBytes ? kGemvNTDefaultKc : 0;
+}
 // The fitted `order` (nt): 1 on AMD CPUs where rows of B (k elements) are at most
 // GemvRowsWholeMaxBytes(m, threads) long. On Zen 4, with B from memory, rows side by
 // side defeat the hardware prefetchers when a tile's rows share a few pages: reading
