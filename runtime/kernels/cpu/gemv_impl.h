@@ -413,7 +413,8 @@ CG_INLINE void NTBlockPasses(const GemvTask& t, int64_t j, int64_t p0, int64_t p
 #pragma GCC unroll 8
     for (int q = 0; q < NJ; ++q) ahead[q] = (q < next_rows && q % passes == pass ? next : own) + q * t.ldb;
     if (i + MI <= t.m) NTTile<T, MI, NJ, false, kBlock>(t, i, j, p0, p1, part + i * NJ, ahead);
-    else if constexpr (MI > 1) NTRest<T, NJ, false, kBlock, kNTBlockMaxRows>(t, i, t.m - i, j, p0, p1, part + i * NJ, ahead);
+    else if constexpr (MI > 1)
+      NTRest<T, NJ, false, kBlock, kNTBlockMaxRows>(t, i, t.m - i, j, p0, p1, part + i * NJ, ahead);
   }
 }
 

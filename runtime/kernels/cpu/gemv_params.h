@@ -71,7 +71,7 @@ constexpr int32_t GemvNTDefaultPrefetch(bool intel) { return intel ? 1 : 0; }
 // rows of B from L2, not L1, and memory sat idle while the later passes ran. On the
 // Intel Xeon (family 6 model 167), per call, one and two threads, 16 drawn shapes
 // with m of 4 to 14: blocks of 256 took 0.51-1.00x the time on the 16 rows over the
-// bound (0.691x in geometric mean) and 0.86-1.39x on the 10 with m >= 5 under it
+// bound (0.691x in geometric mean) and 0.86-1.39x on the 12 with m >= 5 under it
 // (1.15-1.39x at k of 399 to 563, whose rows stay in L1 whole). Held out (16 shapes
 // drawn in the rule, two runs): the old default took 1.34-1.41x the time on one
 // thread and 1.31-1.36x on two. At m of 1 to 4 (one pass): 0.88-1.06x, not changed.
