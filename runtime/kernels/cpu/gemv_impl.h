@@ -243,7 +243,8 @@ CG_INLINE void NTFinish(const GemvTask& t, int i0, int64_t j, int64_t p1, typena
 // rows side by side, or (t.rows_whole) each row whole before the next, so that rows
 // stored one after another are read as one sequential stream.
 // Depth blocks (t.kc): the tile covers k in [p0, p1) only, its partial sums carried
-// between blocks in part (MI x NJ vectors, row by row), reduced after the last block.
+// between blocks in part (MI x NJ vectors, row by row), reduced after the last block;
+// ahead: NJ rows (order 0) of which each vector step requests a line into L2, or nullptr.
 template <class T, int MI, int NJ, bool kPrefetch, int kBlock>
 CG_INLINE void NTTile(const GemvTask& t, int i0, int64_t j, int64_t p0, int64_t p1, typename T::V* part,
                       const float* const* ahead = nullptr) {
@@ -309,8 +310,9 @@ CG_INLINE void NTTile(const GemvTask& t, int i0, int64_t j, int64_t p0, int64_t 
 #pragma GCC unroll 8
       for (int q = 0; q < NJ; ++q) __builtin_prefetch(brow[q] + next + p, 0, 2);
     if constexpr (kBlock != kNTWholeDepth)
+      if (ahead != nullptr)
 #pragma GCC unroll 8
-      for (int q = 0; q < NJ; ++q) __builtin_prefetch(ahead[q] + p, 0, 2);
+        for (int q = 0; q < NJ; ++q) __builtin_prefetch(ahead[q] + p, 0, 2);
     V av[MI];
 #pragma GCC unroll 8
     for (int i = 0; i < MI; ++i) av[i] = T::Load(arow[i] + p);
@@ -401,17 +403,18 @@ CG_INLINE void NTBlockPasses(const GemvTask& t, int64_t j, int64_t p0, int64_t p
   // Each pass requests its share of the next block's rows: pass r rows q with
   // q % passes == r; the other slots name the tile's own rows, already in L1.
   const float* next = t.b + j * t.ldb + p1;
-  int64_t next_rows = t.prefetch_next_tile ? NJ : 0;
+  int64_t next_rows = NJ;
   if (p1 == t.k) {  // the next tile's first block
     next = t.b + (j + NJ) * t.ldb;
-    next_rows = t.prefetch_next_tile ? std::clamp<int64_t>(t.j1 - j - NJ, 0, NJ) : 0;
+    next_rows = std::clamp<int64_t>(t.j1 - j - NJ, 0, NJ);
   }
   const float* own = t.b + j * t.ldb + p0;
-  const float* ahead[NJ];
+  const float* share[NJ];
+  const float* const* ahead = t.prefetch_next_tile ? share : nullptr;
   int i = 0;
   for (int pass = 0; i < t.m; i += MI, ++pass) {
 #pragma GCC unroll 8
-    for (int q = 0; q < NJ; ++q) ahead[q] = (q < next_rows && q % passes == pass ? next : own) + q * t.ldb;
+    for (int q = 0; q < NJ; ++q) share[q] = (q < next_rows && q % passes == pass ? next : own) + q * t.ldb;
     if (i + MI <= t.m) NTTile<T, MI, NJ, false, kBlock>(t, i, j, p0, p1, part + i * NJ, ahead);
     else if constexpr (MI > 1)
       NTRest<T, NJ, false, kBlock, kNTBlockMaxRows>(t, i, t.m - i, j, p0, p1, part + i * NJ, ahead);
