@@ -598,10 +598,16 @@ void GemvDeepSteps(const KernelVariant& v) {
 // nt depth blocks (`kc`): blocks of 128 and 256 over k of one block and a vector more,
 // a partial last block and a partial vector, several blocks; m of one pass (1, 4) and
 // several (5, 16; the passes share out the next block's rows), every nj with tiles and
-// single columns after them, both orders, prefetch on and off, 1 to 3 threads, A
-// stored transposed, padded rows, alpha and beta. kc at or above k runs all of k.
+// single columns after them, prefetch on and off, 1 to 3 threads, A stored transposed,
+// padded rows, alpha and beta. kc at or above k runs all of k. check() rejects blocks
+// with `order` 1 (rows read whole).
 void GemvDepthBlocks(const KernelVariant& v) {
   if (!GemvTransB(v)) GTEST_SKIP() << v.name << " runs B stored k x n, which has no depth blocks";
+  const OpKey key = OpKey::Gemm(8, 300, 1000, false, true);
+  const Status st = CheckSchedule(With(v, {{"order", 1}, {"kc", 256}}), key, Host());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("kc=256 runs order 0 only (order=1)"), std::string::npos) << st.message();
+  EXPECT_TRUE(CheckSchedule(With(v, {{"order", 1}, {"kc", 0}}), key, Host()).ok());
   int seed = 0;
   for (int kc : {128, 256})
     for (int nj : {1, 2, 4, 8})
@@ -612,8 +618,7 @@ void GemvDepthBlocks(const KernelVariant& v) {
           t.shape(m, 3 * nj + 2 + seed % 7, k).trans_b(true).trans_a(seed % 5 == 0);
           t.lda_pad(seed % 3).ldb_pad(seed % 2 * 5).beta(seed % 2 ? 0.5f : 0.0f).alpha(seed % 3 == 0 ? -1.5f : 1.0f);
           t.nan_c(seed % 2 == 0).seed(uint32_t(seed));
-          const Schedule s = With(v, {{"threads", 1 + seed % 3}, {"nj", nj}, {"order", seed / 2 % 2},
-                                      {"prefetch", seed / 4 % 2}, {"kc", kc}});
+          const Schedule s = With(v, {{"threads", 1 + seed % 3}, {"nj", nj}, {"prefetch", seed / 2 % 2}, {"kc", kc}});
           if (!t.Test(s)) return;
         }
 }

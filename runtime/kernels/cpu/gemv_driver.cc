@@ -171,6 +171,9 @@ Status GemvCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p,
   if (p[kGemvThreads] > device.threads)
     return InvalidArgument(
         fmt::format("{}: threads={} must be <= device threads={}", v.name, p[kGemvThreads], device.threads));
+  if (kTransB && p[kGemvNTKc] > 0 && p[kGemvOrder] != 0)
+    return InvalidArgument(
+        fmt::format("{}: kc={} runs order 0 only (order={})", v.name, p[kGemvNTKc], p[kGemvOrder]));
   if (!kTransB && p[kGemvUnrollK] == kGemvNNDeepStepRows && (key.m() != 1 || !(v.isa & kIsaAvx512)))
     return InvalidArgument(fmt::format("{}: unroll_k={} runs m = 1 on AVX-512 only (m={})", v.name, p[kGemvUnrollK],
                                        key.m()));

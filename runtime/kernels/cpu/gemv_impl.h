@@ -222,14 +222,11 @@ CG_INLINE void NTStore(const GemvTask& t, int i0, int64_t j, typename T::V (&acc
   }
 }
 
-// Which depth a tile covers: all of k, or (t.kc) the first block or a later one.
-enum NTDepth : int { kNTWholeDepth, kNTFirstBlock, kNTLaterBlock };
-
 // A tile's sums up to depth p1: kept in part for the next depth block, or into C.
-template <class T, int MI, int NJ, int kBlock>
+template <class T, int MI, int NJ, bool kBlocked>
 CG_INLINE void NTFinish(const GemvTask& t, int i0, int64_t j, int64_t p1, typename T::V* part,
                         typename T::V (&acc)[MI][NJ]) {
-  if (kBlock != kNTWholeDepth && p1 < t.k) {
+  if (kBlocked && p1 < t.k) {
 #pragma GCC unroll 8
     for (int i = 0; i < MI; ++i)
 #pragma GCC unroll 8
@@ -245,7 +242,7 @@ CG_INLINE void NTFinish(const GemvTask& t, int i0, int64_t j, int64_t p1, typena
 // Depth blocks (t.kc): the tile covers k in [p0, p1) only, its partial sums carried
 // between blocks in part (MI x NJ vectors, row by row), reduced after the last block;
 // ahead: NJ rows (order 0) of which each vector step requests a line into L2, or nullptr.
-template <class T, int MI, int NJ, bool kPrefetch, int kBlock>
+template <class T, int MI, int NJ, bool kPrefetch, bool kBlocked>
 CG_INLINE void NTTile(const GemvTask& t, int i0, int64_t j, int64_t p0, int64_t p1, typename T::V* part,
                       const float* const* ahead = nullptr) {
   using V = typename T::V;
@@ -254,54 +251,56 @@ CG_INLINE void NTTile(const GemvTask& t, int i0, int64_t j, int64_t p0, int64_t 
 #pragma GCC unroll 8
   for (int i = 0; i < MI; ++i)
 #pragma GCC unroll 8
-    for (int q = 0; q < NJ; ++q) acc[i][q] = kBlock == kNTLaterBlock ? part[i * NJ + q] : T::Zero();
+    for (int q = 0; q < NJ; ++q) acc[i][q] = kBlocked && p0 > 0 ? part[i * NJ + q] : T::Zero();
   // Rows of A and B from depth p0 on; blocks of A packed as NTPackDepthBlocks lays them.
   const float* arow[MI];
-  const float* a = kBlock == kNTWholeDepth ? t.a : t.a + p0 / t.kc * t.m * t.kc;
+  const float* a = kBlocked ? t.a + p0 / t.kc * t.m * t.kc : t.a;
 #pragma GCC unroll 8
   for (int i = 0; i < MI; ++i) arow[i] = a + (i0 + i) * t.lda;
   const float* brow[NJ];
 #pragma GCC unroll 8
   for (int q = 0; q < NJ; ++q) brow[q] = t.b + (j + q) * t.ldb + p0;
   const int64_t d = p1 - p0;
-  if (t.rows_whole) {
-    // U partial sums per row of A over alternate vectors of k, so that a row's FMAs
-    // do not all wait on one accumulator's latency.
-    constexpr int U = MI >= 4 ? 1 : 4 / MI;
+  if constexpr (!kBlocked) {  // depth blocks run order 0 only
+    if (t.rows_whole) {
+      // U partial sums per row of A over alternate vectors of k, so that a row's FMAs
+      // do not all wait on one accumulator's latency.
+      constexpr int U = MI >= 4 ? 1 : 4 / MI;
 #pragma GCC unroll 8
-    for (int q = 0; q < NJ; ++q) {
-      int64_t p = 0;
-      if constexpr (U > 1) {
-        V sum[MI][U];
+      for (int q = 0; q < NJ; ++q) {
+        int64_t p = 0;
+        if constexpr (U > 1) {
+          V sum[MI][U];
 #pragma GCC unroll 8
-        for (int i = 0; i < MI; ++i)
+          for (int i = 0; i < MI; ++i)
 #pragma GCC unroll 4
-          for (int u = 0; u < U; ++u) sum[i][u] = T::Zero();
-        for (; p + U * W <= d; p += U * W)
+            for (int u = 0; u < U; ++u) sum[i][u] = T::Zero();
+          for (; p + U * W <= d; p += U * W)
 #pragma GCC unroll 4
-          for (int u = 0; u < U; ++u) {
-            const V bv = T::Load(brow[q] + p + u * W);
+            for (int u = 0; u < U; ++u) {
+              const V bv = T::Load(brow[q] + p + u * W);
 #pragma GCC unroll 8
-            for (int i = 0; i < MI; ++i) sum[i][u] = T::Fma(T::Load(arow[i] + p + u * W), bv, sum[i][u]);
-          }
+              for (int i = 0; i < MI; ++i) sum[i][u] = T::Fma(T::Load(arow[i] + p + u * W), bv, sum[i][u]);
+            }
 #pragma GCC unroll 8
-        for (int i = 0; i < MI; ++i)
+          for (int i = 0; i < MI; ++i)
 #pragma GCC unroll 4
-          for (int u = 0; u < U; ++u) acc[i][q] = T::Add(acc[i][q], sum[i][u]);
-      }
-      for (; p + W <= d; p += W) {
-        const V bv = T::Load(brow[q] + p);
+            for (int u = 0; u < U; ++u) acc[i][q] = T::Add(acc[i][q], sum[i][u]);
+        }
+        for (; p + W <= d; p += W) {
+          const V bv = T::Load(brow[q] + p);
 #pragma GCC unroll 8
-        for (int i = 0; i < MI; ++i) acc[i][q] = T::Fma(T::Load(arow[i] + p), bv, acc[i][q]);
-      }
-      if (p < d) {
-        const int n = int(d - p);
-        const V bv = T::LoadN(brow[q] + p, n);
+          for (int i = 0; i < MI; ++i) acc[i][q] = T::Fma(T::Load(arow[i] + p), bv, acc[i][q]);
+        }
+        if (p < d) {
+          const int n = int(d - p);
+          const V bv = T::LoadN(brow[q] + p, n);
 #pragma GCC unroll 8
-        for (int i = 0; i < MI; ++i) acc[i][q] = T::Fma(T::LoadN(arow[i] + p, n), bv, acc[i][q]);
+          for (int i = 0; i < MI; ++i) acc[i][q] = T::Fma(T::LoadN(arow[i] + p, n), bv, acc[i][q]);
+        }
       }
+      return NTFinish<T, MI, NJ, kBlocked>(t, i0, j, p1, part, acc);
     }
-    return NTFinish<T, MI, NJ, kBlock>(t, i0, j, p1, part, acc);
   }
   int64_t p = 0;
   const int64_t next = NJ * t.ldb;  // the next tile's rows of B (kPrefetch: requested into L2)
@@ -309,7 +308,7 @@ CG_INLINE void NTTile(const GemvTask& t, int i0, int64_t j, int64_t p0, int64_t 
     if constexpr (kPrefetch)
 #pragma GCC unroll 8
       for (int q = 0; q < NJ; ++q) __builtin_prefetch(brow[q] + next + p, 0, 2);
-    if constexpr (kBlock != kNTWholeDepth)
+    if constexpr (kBlocked)
       if (ahead != nullptr)
 #pragma GCC unroll 8
         for (int q = 0; q < NJ; ++q) __builtin_prefetch(ahead[q] + p, 0, 2);
@@ -335,7 +334,7 @@ CG_INLINE void NTTile(const GemvTask& t, int i0, int64_t j, int64_t p0, int64_t 
       for (int i = 0; i < MI; ++i) acc[i][q] = T::Fma(av[i], bv, acc[i][q]);
     }
   }
-  NTFinish<T, MI, NJ, kBlock>(t, i0, j, p1, part, acc);
+  NTFinish<T, MI, NJ, kBlocked>(t, i0, j, p1, part, acc);
 }
 
 // The most rows of A a tile of NJ rows of B takes: MI * NJ accumulators, MI rows of
@@ -353,21 +352,21 @@ constexpr int NTMaxRows() {
 }
 
 // A tile of r rows, 2 <= r <= R.
-template <class T, int NJ, bool kPrefetch, int kBlock, int R>
+template <class T, int NJ, bool kPrefetch, bool kBlocked, int R>
 CG_INLINE void NTRestOf(const GemvTask& t, int i, int r, int64_t j, int64_t p0, int64_t p1, typename T::V* part,
                         const float* const* ahead) {
   if constexpr (R >= 2) {
-    if (r == R) return NTTile<T, R, NJ, kPrefetch, kBlock>(t, i, j, p0, p1, part, ahead);
-    NTRestOf<T, NJ, kPrefetch, kBlock, R - 1>(t, i, r, j, p0, p1, part, ahead);
+    if (r == R) return NTTile<T, R, NJ, kPrefetch, kBlocked>(t, i, j, p0, p1, part, ahead);
+    NTRestOf<T, NJ, kPrefetch, kBlocked, R - 1>(t, i, r, j, p0, p1, part, ahead);
   }
 }
 
 // Rows [i, i+r) of C, r < MI, against the NJ rows of B at j: one tile.
-template <class T, int NJ, bool kPrefetch, int kBlock, int kCap = 4>
+template <class T, int NJ, bool kPrefetch, bool kBlocked, int kCap = 4>
 CG_INLINE void NTRest(const GemvTask& t, int i, int r, int64_t j, int64_t p0, int64_t p1, typename T::V* part,
                       const float* const* ahead) {
-  if (r == 1) return NTTile<T, 1, NJ, kPrefetch, kBlock>(t, i, j, p0, p1, part, ahead);
-  NTRestOf<T, NJ, kPrefetch, kBlock, NTMaxRows<T, NJ, kCap>() - 1>(t, i, r, j, p0, p1, part, ahead);
+  if (r == 1) return NTTile<T, 1, NJ, kPrefetch, kBlocked>(t, i, j, p0, p1, part, ahead);
+  NTRestOf<T, NJ, kPrefetch, kBlocked, NTMaxRows<T, NJ, kCap>() - 1>(t, i, r, j, p0, p1, part, ahead);
 }
 
 // Columns [j, j+NJ) of C for every row, in groups of MI rows and one smaller tile
@@ -381,13 +380,13 @@ CG_INLINE void NTPasses(const GemvTask& t, int64_t j) {
   const bool fetch_next = !kPrefetch && t.prefetch_next_tile;
   int i = 0;
   for (; i + MI <= t.m; i += MI) {
-    if (fetch_next && i == MI) NTTile<T, MI, NJ, true, kNTWholeDepth>(t, i, j, 0, t.k, nullptr);
-    else NTTile<T, MI, NJ, kPrefetch, kNTWholeDepth>(t, i, j, 0, t.k, nullptr);
+    if (fetch_next && i == MI) NTTile<T, MI, NJ, true, false>(t, i, j, 0, t.k, nullptr);
+    else NTTile<T, MI, NJ, kPrefetch, false>(t, i, j, 0, t.k, nullptr);
   }
   if constexpr (MI > 1) {
     if (i < t.m) {
-      if (fetch_next && i == MI) NTRest<T, NJ, true, kNTWholeDepth>(t, i, t.m - i, j, 0, t.k, nullptr, nullptr);
-      else NTRest<T, NJ, kPrefetch, kNTWholeDepth>(t, i, t.m - i, j, 0, t.k, nullptr, nullptr);
+      if (fetch_next && i == MI) NTRest<T, NJ, true, false>(t, i, t.m - i, j, 0, t.k, nullptr, nullptr);
+      else NTRest<T, NJ, kPrefetch, false>(t, i, t.m - i, j, 0, t.k, nullptr, nullptr);
     }
   }
 }
@@ -396,7 +395,7 @@ CG_INLINE void NTPasses(const GemvTask& t, int64_t j) {
 // block's rows of B in L1. With t.prefetch_next_tile each pass requests its share of
 // the next block's rows (of this tile, or the next tile's first), so that memory
 // streams while the block's later passes compute from L1.
-template <class T, int NJ, int kBlock>
+template <class T, int NJ>
 CG_INLINE void NTBlockPasses(const GemvTask& t, int64_t j, int64_t p0, int64_t p1, typename T::V* part) {
   constexpr int MI = NTMaxRows<T, NJ, kNTBlockMaxRows>();
   const int passes = (t.m + MI - 1) / MI;
@@ -415,9 +414,9 @@ CG_INLINE void NTBlockPasses(const GemvTask& t, int64_t j, int64_t p0, int64_t p
   for (int pass = 0; i < t.m; i += MI, ++pass) {
 #pragma GCC unroll 8
     for (int q = 0; q < NJ; ++q) share[q] = (q < next_rows && q % passes == pass ? next : own) + q * t.ldb;
-    if (i + MI <= t.m) NTTile<T, MI, NJ, false, kBlock>(t, i, j, p0, p1, part + i * NJ, ahead);
+    if (i + MI <= t.m) NTTile<T, MI, NJ, false, true>(t, i, j, p0, p1, part + i * NJ, ahead);
     else if constexpr (MI > 1)
-      NTRest<T, NJ, false, kBlock, kNTBlockMaxRows>(t, i, t.m - i, j, p0, p1, part + i * NJ, ahead);
+      NTRest<T, NJ, false, true, kNTBlockMaxRows>(t, i, t.m - i, j, p0, p1, part + i * NJ, ahead);
   }
 }
 
@@ -425,9 +424,7 @@ CG_INLINE void NTBlockPasses(const GemvTask& t, int64_t j, int64_t p0, int64_t p
 template <class T, int NJ, bool kPrefetch>
 void NTColumnTile(const GemvTask& t, int64_t j, typename T::V* part) {
   if (t.kc == 0 || t.kc >= t.k) return NTPasses<T, NJ, kPrefetch>(t, j);
-  NTBlockPasses<T, NJ, kNTFirstBlock>(t, j, 0, t.kc, part);
-  for (int64_t p0 = t.kc; p0 < t.k; p0 += t.kc)
-    NTBlockPasses<T, NJ, kNTLaterBlock>(t, j, p0, std::min(t.k, p0 + t.kc), part);
+  for (int64_t p0 = 0; p0 < t.k; p0 += t.kc) NTBlockPasses<T, NJ>(t, j, p0, std::min(t.k, p0 + t.kc), part);
 }
 
 // The task's columns: NJ-wide tiles, then single columns.

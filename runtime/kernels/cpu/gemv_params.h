@@ -52,7 +52,7 @@ inline constexpr ParamSpec kGemvNTSpecs[] = {
     {"nj", kGemvNjValues, 4, "rows of B (columns of C) per register tile; rows of A per tile: at most 4, as many as the registers hold"},
     {"order", kGemmBoolValues, 0, "0 = a tile's rows of B read side by side at each k step; 1 = each row whole, then the next (one sequential stream where rows are stored one after another)"},
     {"prefetch", kGemmBoolValues, 0, "1 = where m takes more than one pass of a tile's rows of A over its rows of B, the second pass (those rows then in cache) requests the next tile's rows of B into L2 (order 0); 0 = none"},
-    {"kc", kGemvNTKcValues, 0, "depth (k elements) per block: every row group of A passes over a block of the tile's rows of B before the next block, so passes after the first read it from L1; partial sums kept between blocks; 0 = all of k at once"},
+    {"kc", kGemvNTKcValues, 0, "depth (k elements) per block (order 0): every row group of A passes over a block of the tile's rows of B before the next block, so passes after the first read it from L1; partial sums kept between blocks; 0 = all of k at once"},
 };
 // The fitted `prefetch` (nt): 1 on Intel CPUs. With a tile's rows of B in cache after
 // the first row group's pass, the later passes left memory idle; the second now
