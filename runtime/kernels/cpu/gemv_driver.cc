@@ -255,10 +255,11 @@ Status GemvF32(const GemmArgs& args, const ParamValues& p, void (*rows)(const Ge
     if (p[kGemvNTKc] > 0 && p[kGemvNTKc] < args.k) {
       GemvTask& t = job.task;
       t.kc = p[kGemvNTKc];
-      float* blocks = tls_a_blocks.Get(NTDepthBlockFloats(t.m, t.k, t.kc));
+      const int64_t floats = NTDepthBlockFloats(t.m, t.k, t.kc);
+      float* blocks = tls_a_blocks.Get(floats);
       if (!blocks)
-        return Internal(fmt::format("gemv: cannot allocate {} bytes for A in depth blocks",
-                                    NTDepthBlockFloats(t.m, t.k, t.kc) * int64_t{sizeof(float)}));
+        return Internal(
+            fmt::format("gemv: cannot allocate {} bytes for A in depth blocks", floats * int64_t{sizeof(float)}));
       NTPackDepthBlocks(t.a, t.lda, t.m, t.k, t.kc, blocks);
       t.a = blocks;
       t.lda = t.kc;
