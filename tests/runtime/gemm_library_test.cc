@@ -374,16 +374,23 @@ TEST(CpuGemmTable, LibraryVariantsSitBeforeTheReference) {
 }
 
 // The host, the host with one thread, and the host seen as AVX2-only, each as an
-// Intel and as an AMD CPU: the devices the built-in default rules are checked on.
+// AMD CPU and as Intel CPUs of family 6 models 167 and 207 (the one rule apart:
+// OwnTileNnHolds): the devices the built-in default rules are checked on.
 std::vector<DeviceInfo> RuleDevices() {
   std::vector<DeviceInfo> base{Host(), HostCpuDevice(1), Host()};
   base.back().isa &= ~uint32_t{kIsaAvx512};
   std::vector<DeviceInfo> devices;
-  for (const char* vendor : {"GenuineIntel", "AuthenticAMD"})
+  for (const int model : {167, 207})
     for (DeviceInfo d : base) {
-      d.vendor = vendor;
+      d.vendor = "GenuineIntel";
+      d.family = 6;
+      d.model = model;
       devices.push_back(d);
     }
+  for (DeviceInfo d : base) {
+    d.vendor = "AuthenticAMD";
+    devices.push_back(d);
+  }
   return devices;
 }
 
@@ -466,12 +473,14 @@ int PerCallOnednnThreadsSuffice(const OpKey& key, const DeviceInfo& d) {
 
 // Per-call `nn` keys of that kind (PerCallOnednnThreadsSuffice not -1) with n > 64:
 // on an AMD host those with m of at most 31 and rows of B (n floats) a multiple of 4
-// KiB, on an Intel host those with m of at most 31, or 64 with such rows, run the own
+// KiB, on an Intel host those with m of at most 31, or 64 with such rows (but on
+// family 6 model 207 with one thread m of at most 31 only with such rows), run the own
 // 8x32 tile (PerCallOwnTile), written out here from its rule.
 bool OwnTileNnHolds(const OpKey& key, const DeviceInfo& d) {
   if (PerCallOnednnThreadsSuffice(key, d) == -1 || key.trans_a || key.trans_b || key.n() <= 64) return false;
   const bool aliased = key.n() * 4 % 4096 == 0;
   if (d.vendor == "AuthenticAMD") return key.m() <= 31 && aliased;
+  if (d.family == 6 && d.model == 207 && d.threads == 1 && key.m() <= 31) return aliased;
   return key.m() <= 31 || (key.m() <= 64 && aliased);
 }
 

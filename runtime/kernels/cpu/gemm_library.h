@@ -274,7 +274,20 @@ bool OnednnSmallNtMatmulFits(const OpKey& key, const DeviceInfo& device);
 //   of 17 to 31 and such rows (0.53-0.76x), 0.81x on 20 with other rows (0.63-0.92x),
 //   and 0.71-0.80x on 8 with m of 32 to 64 and such rows (0.65-1.01x); with other rows
 //   dnnl_sgemm was level at m of 32 to 40 and ahead above (the tile took 1.17x its time
-//   at 41 to 64; bench/RESULTS.md, "Intel Xeon ...: per-call keys call oneDNN");
+//   at 41 to 64; bench/RESULTS.md, "Intel Xeon ...: per-call keys call oneDNN").
+//   Except on an Intel host of family 6 model kIntelEmeraldRapidsModel with one
+//   thread, where `nn` keys with m of at most kOwnTileIntelMaxM and rows of B not a
+//   multiple of kL1AliasBytes call dnnl_sgemm. On that host (Emerald Rapids class,
+//   KVM, 2 cores), paired, per call, 30 shapes drawn with m of 17 to 31 (n of 69 to
+//   3358, k of 94 to 11040): dnnl_sgemm took 0.78x the fitted 8x32's time in
+//   geometric mean (0.61-1.05x, above 1.0 on one row), 0.52-0.74x with B in cache (6
+//   shapes). With rows a multiple of 4 KiB the tile stayed ahead there (dnnl_sgemm
+//   0.98-1.24x, 8 shapes, m of 17 to 56, one and two threads), and on two threads the
+//   two were level (0.97x, 0.74-1.40x, 16 shapes), so those keep the tile, as model 167
+//   keeps every key above. Held out, 16 shapes drawn in the rule, two runs: the tile
+//   took 1.22x and 1.23x dnnl_sgemm's time in geometric mean (0.87-1.49x; behind only
+//   at k of 93 and 134; "Intel Xeon (family 6 model 207): per-call nn keys with m of 17
+//   to 31 call dnnl_sgemm on one thread");
 // - the own packed tile on an Intel host for keys where its fitted blocking writes C
 //   rows first (GemmDefaultTileRowsFirst: shallow depth, C beyond L2), `nt` keys and
 //   `nn` keys with n above kOwnTileShallowNnMinN. There oneDNN, like the old order,
@@ -319,6 +332,7 @@ inline constexpr int64_t kOwnTileShallowOneThreadMaxN = 1024;
 inline constexpr int64_t kOwnTileAliasedRowsMaxM = 31;
 inline constexpr int64_t kOwnTileIntelMaxM = 31;
 inline constexpr int64_t kOwnTileIntelAliasedRowsMaxM = 64;
+inline constexpr int kIntelEmeraldRapidsModel = 207;
 bool PerCallLargeOnAvx512(const OpKey& key, const DeviceInfo& device);
 bool OnednnThreadsSuffice(const OpKey& key, const DeviceInfo& device);
 // Where PerCallLargeOnAvx512, the keys of the own packed tile (the cases above).

@@ -293,6 +293,9 @@ bool PerCallOwnTile(const OpKey& key, const DeviceInfo& device) {
   }
   if (!PerCallNn(key)) return false;
   if (device.vendor == kCpuVendorAmd) return key.m() <= kOwnTileAliasedRowsMaxM && RowAliasOffset(key) == 0;
+  const bool emerald_one_thread = device.vendor == kCpuVendorIntel && device.family == 6 &&
+                                  device.model == kIntelEmeraldRapidsModel && device.threads == 1;
+  if (emerald_one_thread && key.m() <= kOwnTileIntelMaxM && RowAliasOffset(key) != 0) return false;
   return key.m() <= kOwnTileIntelMaxM || (key.m() <= kOwnTileIntelAliasedRowsMaxM && RowAliasOffset(key) == 0);
 }
 
