@@ -487,13 +487,16 @@ bool OwnTileNnHolds(const OpKey& key, const DeviceInfo& d) {
 // Per-call keys on an Intel host where PerCallOnednnThreadsSuffice, A not transposed,
 // and either RowsFirstHolds with B transposed or n above 512, or more than one thread
 // with k of at most 256 and m*n*k of at most 2^27, or one thread with k of at most 64
-// and n of 128 to 1024, run the own 8x32 tile, written out here from its rule.
+// and n of 128 to 1024 (of 128 or more on family 6 model 207), run the own 8x32 tile,
+// written out here from its rule.
 bool ShallowOwnTileHolds(const OpKey& key, const DeviceInfo& d) {
   if (PerCallOnednnThreadsSuffice(key, d) != 1 || key.trans_a) return false;
   const bool intel = d.vendor == "GenuineIntel";
   const bool shallow_threads =
       intel && d.threads > 1 && key.k() <= 256 && key.m() * key.n() * key.k() <= (int64_t{1} << 27);
-  const bool shallow_one_thread = intel && d.threads == 1 && key.k() <= 64 && key.n() >= 128 && key.n() <= 1024;
+  const bool emerald = d.family == 6 && d.model == 207;
+  const bool shallow_one_thread =
+      intel && d.threads == 1 && key.k() <= 64 && key.n() >= 128 && (key.n() <= 1024 || emerald);
   return ((key.trans_b || key.n() > 512) && RowsFirstHolds(key, d)) || shallow_threads || shallow_one_thread;
 }
 
@@ -542,7 +545,7 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfLargeKeysFollowsTheMeasuredRule) {
                                            {579, 537, 33},   {92, 519, 256},    {92, 519, 257},    {512, 1024, 256},
                                            {512, 1025, 256}, {1039, 4380, 139}, {623, 458, 64},
                                            {623, 458, 65},   {623, 127, 64},    {623, 128, 64},    {623, 1024, 64},
-                                           {623, 1025, 64}};
+                                           {623, 1025, 64},  {40, 2000, 48},   {300, 1500, 30}};
   ForEveryRuleKey(shapes, ShapeClass::kLarge, [&](const OpKey& key, const DeviceInfo& d, const Schedule& s) {
     if (const char* tile = LeastPaddingTile(key, d)) {
       EXPECT_STREQ(s.variant->name, tile) << s.ToString();

@@ -284,17 +284,17 @@ bool PerCallOwnTile(const OpKey& key, const DeviceInfo& device) {
   if (!OnednnThreadsSuffice(key, device)) return true;
   if (!key.trans_a && (key.trans_b || key.n() > kOwnTileShallowNnMinN) && GemmDefaultTileRowsFirst(key, device))
     return true;
+  const bool emerald_one_thread = device.vendor == kCpuVendorIntel && device.family == 6 &&
+                                  device.model == kIntelEmeraldRapidsModel && device.threads == 1;
   if (device.vendor == kCpuVendorIntel && !key.trans_a) {
     const double work = double(key.m()) * double(key.n()) * double(key.k());
     if (device.threads > 1 && key.k() <= kOwnTileShallowMaxK && work <= kOwnTileShallowThreadsMaxWork) return true;
     if (device.threads == 1 && key.k() <= kOwnTileShallowOneThreadMaxK && key.n() >= kOwnTileShallowOneThreadMinN &&
-        key.n() <= kOwnTileShallowOneThreadMaxN)
+        (key.n() <= kOwnTileShallowOneThreadMaxN || emerald_one_thread))
       return true;
   }
   if (!PerCallNn(key)) return false;
   if (device.vendor == kCpuVendorAmd) return key.m() <= kOwnTileAliasedRowsMaxM && RowAliasOffset(key) == 0;
-  const bool emerald_one_thread = device.vendor == kCpuVendorIntel && device.family == 6 &&
-                                  device.model == kIntelEmeraldRapidsModel && device.threads == 1;
   if (emerald_one_thread && key.m() <= kOwnTileIntelMaxM && RowAliasOffset(key) != 0) return false;
   return key.m() <= kOwnTileIntelMaxM || (key.m() <= kOwnTileIntelAliasedRowsMaxM && RowAliasOffset(key) == 0);
 }
