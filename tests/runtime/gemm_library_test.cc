@@ -374,8 +374,8 @@ TEST(CpuGemmTable, LibraryVariantsSitBeforeTheReference) {
 }
 
 // The host, the host with one thread, and the host seen as AVX2-only, each as an
-// AMD CPU and as Intel CPUs of family 6 models 167 and 207 (the one rule apart:
-// OwnTileNnHolds): the devices the built-in default rules are checked on.
+// AMD CPU and as Intel CPUs of family 6 models 167 and 207 (which OwnTileNnHolds and
+// ShallowOwnTileHolds tell apart): the devices the built-in default rules are checked on.
 std::vector<DeviceInfo> RuleDevices() {
   std::vector<DeviceInfo> base{Host(), HostCpuDevice(1), Host()};
   base.back().isa &= ~uint32_t{kIsaAvx512};

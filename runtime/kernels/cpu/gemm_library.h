@@ -325,11 +325,10 @@ bool OnednnSmallNtMatmulFits(const OpKey& key, const DeviceInfo& device);
 //   kIntelEmeraldRapidsModel, n of kOwnTileShallowOneThreadMinN or more: on three
 //   draws with n above 1024 (k of 16 to 64), on the rows where oneDNN was the default,
 //   the tile took 0.87x its time in geometric mean on `nn` (0.65-1.14x, 20 rows) and
-//   0.91x on `nt` (0.54-1.26x, 27 rows). Held out, 14
-//   shapes drawn there, two runs: dnnl_sgemm took 1.33x and 1.37x the tile's time on
-//   `nn` (0.98-2.51x), 1.26x and 1.29x on `nt` (0.98-2.88x; bench/RESULTS.md, "Intel
-//   Xeon (family 6 model 207): shallow keys with more than 1024 columns on one thread
-//   run the own tile").
+//   0.91x on `nt` (0.54-1.26x, 27 rows). Held out, 14 shapes drawn there, two runs:
+//   dnnl_sgemm took 1.33x and 1.37x the tile's time on `nn` (0.98-2.51x), 1.26x and
+//   1.29x on `nt` (0.98-2.88x; bench/RESULTS.md, "Intel Xeon (family 6 model 207):
+//   shallow keys with more than 1024 columns on one thread run the own tile").
 // Without passive waiting OpenBLAS keeps them (not measured against the own tile).
 inline constexpr int64_t kOwnTileShallowNnMinN = 512;
 inline constexpr int64_t kOwnTileShallowMaxK = 256;
