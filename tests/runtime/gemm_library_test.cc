@@ -633,12 +633,14 @@ TEST(CpuGemmTable, ShallowNtDecodeStepsRunTheOwnTile) {
 }
 
 // Per-call `nt` decode steps of 5 to 12 tokens on an AMD AVX-512 host on one thread,
-// A (m x k) of at most 32 KiB, B of at most 4 MiB, k of at least 128: dnnl_sgemm
-// (OnednnSkinnyNtSgemmFits), written out here from its rule.
+// A (m x k) of at most 32 KiB, B of at most 4 MiB, k of at least 128, and of 2 and 3
+// tokens with n above 16 on an Intel host of family 6 model 207 on one thread:
+// dnnl_sgemm (OnednnSkinnyNtSgemmFits), written out here from its rule.
 bool SkinnyNtSgemmRuleHolds(const OpKey& key, const DeviceInfo& d) {
-  if (!(d.isa & kIsaAvx512) || d.threads != 1 || d.vendor != "AuthenticAMD" || key.constant_weights ||
-      key.trans_a || !key.trans_b)
-    return false;
+  if (!(d.isa & kIsaAvx512) || d.threads != 1 || key.constant_weights || key.trans_a || !key.trans_b) return false;
+  if (d.vendor == "GenuineIntel" && d.family == 6 && d.model == 207)
+    return key.m() >= 2 && key.m() <= 3 && key.n() > 16;
+  if (d.vendor != "AuthenticAMD") return false;
   return key.m() >= 5 && key.m() <= 12 && key.m() * key.k() * 4 <= 32768 && key.n() * key.k() * 4 <= 4194304 &&
          key.k() >= 128;
 }
@@ -676,7 +678,9 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
                         {12, 512, 4096, 0, 0},   {12, 513, 4096, 0, 0},  // rows of B of 2 KiB
                         {6, 35, 4245, 0, 0},     {10, 53, 184, 0, 0},   {14, 27, 74, 0, 0},  // m*n*k below 2^21
                         {7, 717, 342, 0, 0},     {7, 768, 341, 0, 0},   {7, 768, 342, 0, 0},  // B either side of 1 MiB
-                        {6, 769, 300, 0, 0}};  // rows of B over 3 KiB
+                        {6, 769, 300, 0, 0},  // rows of B over 3 KiB
+                        {2, 345, 676, 0, 0},     {3, 79, 76, 0, 0},     {3, 16, 4096, 0, 0},
+                        {2, 17, 4096, 0, 0}};  // 2 and 3 tokens, n either side of the tall kernels
   int nt_sgemm = 0;
   for (const DeviceInfo& d : RuleDevices())
     for (const Case& c : cases)

@@ -201,6 +201,20 @@ bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device);
 // threads everywhere (0.98x or more). Two drawn sets bounded B (level from 4 to 9 MB:
 // 0.93-1.06x), the rows of B (k below 128: 1.05-1.20x) and m (13 to 16: 0.92-1.22x,
 // ahead on 5 of 6); a third, drawn after, checks the rule.
+// On an Intel host of family 6 model kIntelEmeraldRapidsModel on a one-thread budget,
+// per-call `nt` keys with m of kOnednnFewRowsNtMinM to kOnednnFewRowsNtMaxM and more
+// than kGemvTallMaxN columns, whatever their size. There, paired, per call, 22 shapes
+// drawn with m of 2 and 3 (n of 345 to 8699, k of 156 to 10313): dnnl_sgemm took
+// 0.93x the own small-m kernel's time in geometric mean (0.85-1.09x, above 1.0 on 3;
+// 0.85-0.94x at k of 156 to 925); no schedule of the own kernel closed it (nj = 4,
+// order 1, prefetch 0, depth blocks: 1.01-1.17x its time). On two threads the own kernel was ahead
+// (dnnl_sgemm 1.44x, 0.94-2.19x), and at m = 4 (1.62-1.71x, 4 shapes). Held out, 16
+// shapes drawn with m of 2 and 3, two runs: the own kernel took 1.13x and 1.16x
+// dnnl_sgemm's time in geometric mean (0.96-1.36x; bench/RESULTS.md, "Intel Xeon
+// (family 6 model 207): per-call nt steps of 2 and 3 tokens call dnnl_sgemm on one
+// thread").
+inline constexpr int64_t kOnednnFewRowsNtMinM = 2;
+inline constexpr int64_t kOnednnFewRowsNtMaxM = 3;
 inline constexpr int64_t kOnednnSkinnyNtMaxM = 12;
 inline constexpr int64_t kOnednnSkinnyNtMaxABytes = 32 << 10;
 inline constexpr int64_t kOnednnSkinnyNtMaxBBytes = 4 << 20;

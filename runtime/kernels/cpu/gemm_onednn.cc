@@ -187,6 +187,13 @@ int64_t RowBytesOfB(const OpKey& key) { return (key.trans_b ? key.k() : key.n())
 // multiple of it, which dnnl_sgemm reads slowly (the decode and aliased-rows rules).
 int64_t RowAliasOffset(const OpKey& key) { return RowBytesOfB(key) % kL1AliasBytes; }
 
+// An Intel host of family 6 model kIntelEmeraldRapidsModel on a one-thread budget,
+// whose own rules differ (PerCallOwnTile, OnednnSkinnyNtSgemmFits).
+bool EmeraldRapidsOneThread(const DeviceInfo& device) {
+  return device.vendor == kCpuVendorIntel && device.family == 6 && device.model == kIntelEmeraldRapidsModel &&
+         device.threads == 1;
+}
+
 // The `nt` dnnl_sgemm rule: a per-call large key with only B transposed, rows of B
 // up to kOnednnSgemmNtMaxRowBytes, or on an Intel host m of kOnednnSgemmNtIntelMinM
 // or more and n of kOnednnSgemmNtIntelMinN or more.
@@ -264,6 +271,10 @@ bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device) {
 
 bool OnednnSkinnyNtSgemmFits(const OpKey& key, const DeviceInfo& device) {
   const int64_t bytes = DTypeSize(key.dtype);
+  if (!key.constant_weights && !key.trans_a && key.trans_b && (device.isa & kIsaAvx512) != 0 &&
+      EmeraldRapidsOneThread(device) && key.m() >= kOnednnFewRowsNtMinM && key.m() <= kOnednnFewRowsNtMaxM &&
+      key.n() > kGemvTallMaxN)
+    return true;
   return !key.constant_weights && !key.trans_a && key.trans_b && device.vendor == kCpuVendorAmd &&
          (device.isa & kIsaAvx512) != 0 && device.threads == 1 && key.m() >= kOnednnSgemmMinM &&
          key.m() <= kOnednnSkinnyNtMaxM && key.m() * key.k() * bytes <= kOnednnSkinnyNtMaxABytes &&
@@ -284,8 +295,7 @@ bool PerCallOwnTile(const OpKey& key, const DeviceInfo& device) {
   if (!OnednnThreadsSuffice(key, device)) return true;
   if (!key.trans_a && (key.trans_b || key.n() > kOwnTileShallowNnMinN) && GemmDefaultTileRowsFirst(key, device))
     return true;
-  const bool emerald_one_thread = device.vendor == kCpuVendorIntel && device.family == 6 &&
-                                  device.model == kIntelEmeraldRapidsModel && device.threads == 1;
+  const bool emerald_one_thread = EmeraldRapidsOneThread(device);
   if (device.vendor == kCpuVendorIntel && !key.trans_a) {
     const double work = double(key.m()) * double(key.n()) * double(key.k());
     if (device.threads > 1 && key.k() <= kOwnTileShallowMaxK && work <= kOwnTileShallowThreadsMaxWork) return true;
