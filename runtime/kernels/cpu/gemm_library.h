@@ -207,12 +207,12 @@ bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device);
 // drawn with m of 2 and 3 (n of 345 to 8699, k of 156 to 10313): dnnl_sgemm took
 // 0.93x the own small-m kernel's time in geometric mean (0.85-1.09x, above 1.0 on 3;
 // 0.85-0.94x at k of 156 to 925); no schedule of the own kernel closed it (nj = 4,
-// order 1, prefetch 0, depth blocks: 1.01-1.17x its time). On two threads the own kernel was ahead
-// (dnnl_sgemm 1.44x, 0.94-2.19x), and at m = 4 (1.62-1.71x, 4 shapes). Held out, 16
-// shapes drawn with m of 2 and 3, two runs: the own kernel took 1.13x and 1.16x
-// dnnl_sgemm's time in geometric mean (0.96-1.36x; bench/RESULTS.md, "Intel Xeon
-// (family 6 model 207): per-call nt steps of 2 and 3 tokens call dnnl_sgemm on one
-// thread").
+// order 1, prefetch 0, depth blocks: 1.01-1.17x its time). On two threads the own
+// kernel was ahead (dnnl_sgemm 1.44x, 0.94-2.19x), and at m = 4 (1.62-1.71x, 4
+// shapes). Held out, 16 shapes drawn with m of 2 and 3, two runs: the own kernel took
+// 1.13x and 1.16x dnnl_sgemm's time in geometric mean (0.96-1.36x; bench/RESULTS.md,
+// "Intel Xeon (family 6 model 207): per-call nt steps of 2 and 3 tokens call
+// dnnl_sgemm on one thread").
 inline constexpr int64_t kOnednnFewRowsNtMinM = 2;
 inline constexpr int64_t kOnednnFewRowsNtMaxM = 3;
 inline constexpr int64_t kOnednnSkinnyNtMaxM = 12;
