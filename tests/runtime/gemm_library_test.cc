@@ -374,8 +374,8 @@ TEST(CpuGemmTable, LibraryVariantsSitBeforeTheReference) {
 }
 
 // The host, the host with one thread, and the host seen as AVX2-only, each as an
-// AMD CPU and as Intel CPUs of family 6 models 167 and 207 (which OwnTileNnHolds and
-// ShallowOwnTileHolds tell apart): the devices the built-in default rules are checked on.
+// AMD CPU and as Intel CPUs of family 6 models 167 and 207 (EmeraldRapids: rules of
+// its own): the devices the built-in default rules are checked on.
 std::vector<DeviceInfo> RuleDevices() {
   std::vector<DeviceInfo> base{Host(), HostCpuDevice(1), Host()};
   base.back().isa &= ~uint32_t{kIsaAvx512};
@@ -471,8 +471,9 @@ int PerCallOnednnThreadsSuffice(const OpKey& key, const DeviceInfo& d) {
   return VariantDefaultSchedule(*v, key, d).params[v->ParamIndex("threads")] >= cpu::ThreadsForWork(key, d);
 }
 
-// An Intel CPU of family 6 model 207, whose rules differ from model 167's.
-bool Model207(const DeviceInfo& d) { return d.vendor == "GenuineIntel" && d.family == 6 && d.model == 207; }
+// An Intel CPU of family 6 model 207 (kIntelEmeraldRapidsModel), whose rules differ
+// from model 167's.
+bool EmeraldRapids(const DeviceInfo& d) { return d.vendor == "GenuineIntel" && d.family == 6 && d.model == 207; }
 
 // Per-call `nn` keys of that kind (PerCallOnednnThreadsSuffice not -1) with n > 64:
 // on an AMD host those with m of at most 31 and rows of B (n floats) a multiple of 4
@@ -483,7 +484,7 @@ bool OwnTileNnHolds(const OpKey& key, const DeviceInfo& d) {
   if (PerCallOnednnThreadsSuffice(key, d) == -1 || key.trans_a || key.trans_b || key.n() <= 64) return false;
   const bool aliased = key.n() * 4 % 4096 == 0;
   if (d.vendor == "AuthenticAMD") return key.m() <= 31 && aliased;
-  if (Model207(d) && d.threads == 1 && key.m() <= 31) return aliased;
+  if (EmeraldRapids(d) && d.threads == 1 && key.m() <= 31) return aliased;
   return key.m() <= 31 || (key.m() <= 64 && aliased);
 }
 
@@ -498,7 +499,7 @@ bool ShallowOwnTileHolds(const OpKey& key, const DeviceInfo& d) {
   const bool shallow_threads =
       intel && d.threads > 1 && key.k() <= 256 && key.m() * key.n() * key.k() <= (int64_t{1} << 27);
   const bool shallow_one_thread =
-      intel && d.threads == 1 && key.k() <= 64 && key.n() >= 128 && (key.n() <= 1024 || Model207(d));
+      intel && d.threads == 1 && key.k() <= 64 && key.n() >= 128 && (key.n() <= 1024 || EmeraldRapids(d));
   return ((key.trans_b || key.n() > 512) && RowsFirstHolds(key, d)) || shallow_threads || shallow_one_thread;
 }
 
@@ -640,7 +641,7 @@ TEST(CpuGemmTable, ShallowNtDecodeStepsRunTheOwnTile) {
 // dnnl_sgemm (OnednnSkinnyNtSgemmFits), written out here from its rule.
 bool SkinnyNtSgemmRuleHolds(const OpKey& key, const DeviceInfo& d) {
   if (!(d.isa & kIsaAvx512) || d.threads != 1 || key.constant_weights || key.trans_a || !key.trans_b) return false;
-  if (Model207(d)) return key.m() >= 2 && key.m() <= 3 && key.n() > 16;
+  if (EmeraldRapids(d)) return key.m() >= 2 && key.m() <= 3 && key.n() > 16;
   if (d.vendor != "AuthenticAMD") return false;
   return key.m() >= 5 && key.m() <= 12 && key.m() * key.k() * 4 <= 32768 && key.n() * key.k() * 4 <= 4194304 &&
          key.k() >= 128;

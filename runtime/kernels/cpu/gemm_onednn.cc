@@ -270,13 +270,11 @@ bool OnednnSkinnySgemmFits(const OpKey& key, const DeviceInfo& device) {
 }
 
 bool OnednnSkinnyNtSgemmFits(const OpKey& key, const DeviceInfo& device) {
+  if (key.constant_weights || key.trans_a || !key.trans_b || (device.isa & kIsaAvx512) == 0) return false;
+  if (EmeraldRapidsOneThread(device))
+    return key.m() >= kOnednnFewRowsNtMinM && key.m() <= kOnednnFewRowsNtMaxM && key.n() > kGemvTallMaxN;
   const int64_t bytes = DTypeSize(key.dtype);
-  if (!key.constant_weights && !key.trans_a && key.trans_b && (device.isa & kIsaAvx512) != 0 &&
-      EmeraldRapidsOneThread(device) && key.m() >= kOnednnFewRowsNtMinM && key.m() <= kOnednnFewRowsNtMaxM &&
-      key.n() > kGemvTallMaxN)
-    return true;
-  return !key.constant_weights && !key.trans_a && key.trans_b && device.vendor == kCpuVendorAmd &&
-         (device.isa & kIsaAvx512) != 0 && device.threads == 1 && key.m() >= kOnednnSgemmMinM &&
+  return device.vendor == kCpuVendorAmd && device.threads == 1 && key.m() >= kOnednnSgemmMinM &&
          key.m() <= kOnednnSkinnyNtMaxM && key.m() * key.k() * bytes <= kOnednnSkinnyNtMaxABytes &&
          key.n() * key.k() * bytes <= kOnednnSkinnyNtMaxBBytes && RowBytesOfB(key) >= kOnednnSkinnyNtMinRowBytes;
 }
