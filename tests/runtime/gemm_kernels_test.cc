@@ -105,6 +105,38 @@ void Transposes(const KernelVariant& v) {
           }
 }
 
+// B packed panel by panel (pack_b = 2) where all of A is one row block of an N split:
+// several depth and column blocks (the source of the next block's first panel is
+// prefetched), edge panels, both layouts, one and two threads, beta, padded
+// leading dimensions; and where it does not apply (more rows than mc, an M split,
+// rows of C first), which packs B blocks instead.
+void PanelPackedB(const KernelVariant& v) {
+  const int64_t mr = v.config.gemm.mr, nr = v.config.gemm.nr;
+  const auto panels = [&](int64_t mc, int par, int order, int threads) {
+    return With(v, {{"mc", mc}, {"kc", 16}, {"nc", 2 * nr}, {"par", par}, {"threads", threads}, {"prefetch", 0},
+                    {"pack_b", cpu::kPackBPanels}, {"order", order}});
+  };
+  const Schedule one = panels(3 * mr, cpu::kParN, cpu::kOrderPanelsOfB, 1);
+  const Schedule two = panels(3 * mr, cpu::kParN, cpu::kOrderPanelsOfB, TwoThreads());
+  int i = 0;
+  for (int64_t m : Unique({1, mr - 1, mr + 1, 2 * mr + 3}))
+    for (int64_t n : Unique({1, nr - 1, nr + 1, 2 * nr + 5, 5 * nr + 3}))
+      for (int64_t k : {1, 17, 35})
+        for (int tb = 0; tb < 2; ++tb) {
+          GemmTester t;
+          t.shape(m, n, k).trans_b(tb).trans_a(i % 3 == 0).beta(i % 2 ? 0.0f : -0.5f).nan_c(i % 2).seed(i);
+          if (i++ % 4 == 1) t.lda_pad(3).ldb_pad(5).ldc_pad(7);
+          if (!t.Test(one) || !t.Test(two)) return;
+        }
+  for (int tb = 0; tb < 2; ++tb) {
+    GemmTester t;
+    t.shape(3 * mr + 1, 3 * nr + 2, 37).trans_b(tb).beta(1.0f);
+    if (!t.Test(panels(mr, cpu::kParN, cpu::kOrderPanelsOfB, 1))) return;
+    if (!t.Test(panels(3 * mr + mr, cpu::kParM, cpu::kOrderPanelsOfB, TwoThreads()))) return;
+    if (!t.Test(panels(3 * mr + mr, cpu::kParN, cpu::kOrderRowsOfC, TwoThreads()))) return;
+  }
+}
+
 void AlphaBeta(const KernelVariant& v) {
   const Schedule s = With(v, {{"kc", 16}, {"threads", TwoThreads()}});
   for (float alpha : {0.0f, 1.0f, -0.5f, 2.5f})
@@ -238,6 +270,10 @@ void OddThreadCounts(const KernelVariant& v) {
   TEST(name, Transposes) {                  \
     CG_REQUIRE_VARIANT(v, #name);           \
     Transposes(*v);                         \
+  }                                         \
+  TEST(name, PanelPackedB) {                \
+    CG_REQUIRE_VARIANT(v, #name);           \
+    PanelPackedB(*v);                       \
   }                                         \
   TEST(name, AlphaBeta) {                   \
     CG_REQUIRE_VARIANT(v, #name);           \
@@ -1087,11 +1123,30 @@ TEST(CpuGemmTable, PerCallBIsReadInPlaceOnlyWhenSmall) {
   };
   EXPECT_EQ(pack_b(12, 64, 64, false), 0);
   EXPECT_EQ(pack_b(12, 512, 512, false), 0);    // 1 MiB, rows of 2 KiB
-  EXPECT_EQ(pack_b(12, 512, 513, false), 1);    // over 1 MiB
-  EXPECT_EQ(pack_b(12, 1024, 64, false), 1);    // rows of 4 KiB
-  EXPECT_EQ(pack_b(12, 4096, 4096, false), 1);
+  EXPECT_EQ(pack_b(12, 512, 513, false), 2);    // over 1 MiB, a full depth block: panel by panel
+  EXPECT_EQ(pack_b(12, 1024, 64, false), 1);    // rows of 4 KiB, shallower than a depth block
+  EXPECT_EQ(pack_b(12, 4096, 4096, false), 2);
   EXPECT_EQ(pack_b(13, 64, 64, false), 1);      // three panels of M
   EXPECT_EQ(pack_b(12, 64, 64, true), 1);       // B stored n x k is always packed
+}
+
+// Per-call keys pack B panel by panel as each is used (GemmPanelPackFits) where all of
+// A is one row block, with more than one panel of B, at least a depth block deep;
+// else B blocks are packed (or B read in place).
+TEST(CpuGemmTable, PerCallBIsPackedPanelByPanelWhereAIsOneRowBlock) {
+  CG_REQUIRE_VARIANT(v, "cpu_f32_gemm_8x32__avx512");
+  const auto pack_b = [&](int64_t m, int64_t n, int64_t k, bool tb, bool constant = false) {
+    OpKey key = OpKey::Gemm(m, n, k, false, tb);
+    key.constant_weights = constant;
+    return VariantDefaultSchedule(*v, key, Host()).params[cpu::kParamPackB];
+  };
+  EXPECT_EQ(pack_b(24, 69, 6681, false), cpu::kPackBPanels);
+  EXPECT_EQ(pack_b(64, 300, 384, false), cpu::kPackBPanels);  // mc = 64 rows, k = kc
+  EXPECT_EQ(pack_b(50, 7230, 400, true), cpu::kPackBPanels);
+  EXPECT_EQ(pack_b(50, 7230, 90, true), cpu::kPackBBlocks);  // shallower than a depth block
+  EXPECT_EQ(pack_b(65, 300, 1000, true), cpu::kPackBBlocks);  // two row blocks
+  EXPECT_EQ(pack_b(24, 32, 6681, true), cpu::kPackBBlocks);   // one panel
+  EXPECT_NE(pack_b(24, 69, 6681, true, true), cpu::kPackBPanels);  // constant weights are packed ahead
 }
 
 // The own tiles' threads on keys with m <= kGemvMaxM: at least the small-m variants'

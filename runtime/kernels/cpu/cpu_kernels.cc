@@ -194,6 +194,13 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
   if (tile == kGemmDeepKDefaultTile && GemmDeepKDefaultHolds(key, device))
     p[kParamKc] = std::max(p[kParamKc], GemmDeepKc(tile.mr, tile.nr, key.m(), key.k(), device.l2_bytes));
   if (GemmRowsOrderFits(key, p[kParamKc], p[kParamNc], device)) p[kParamOrder] = kOrderRowsOfC;
+  if (GemmPanelPackFits(key, p, tile.nr)) p[kParamPackB] = kPackBPanels;
+}
+
+bool GemmPanelPackFits(const OpKey& key, const ParamValues& p, int nr) {
+  return !key.constant_weights && p[kParamPackB] == kPackBBlocks && p[kParamPar] == kParN &&
+         p[kParamOrder] == kOrderPanelsOfB && p[kParamPrefetch] == 0 && key.m() <= p[kParamMc] && key.n() > nr &&
+         key.k() >= p[kParamKc];
 }
 
 bool GemmRowsOrderFits(const OpKey& key, int32_t kc, int32_t nc, const DeviceInfo& device) {

@@ -175,6 +175,24 @@ void PackA(const Ctx& c, int64_t ic, int64_t mcb, int64_t pc, int64_t kcb, int64
   }
 }
 
+// Packs panel q of the op(B) block depth [pc, pc+kcb) x columns [jc, jc+ncb) at dst:
+// element (p, j) at [p*nr + j], zero padded to nr.
+void PackBPanel(const Ctx& c, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, int64_t q, float* dst) {
+  const int nr = c.nr;
+  const int64_t jb = jc + q * nr;
+  const int nb = static_cast<int>(std::min<int64_t>(nr, ncb - q * nr));
+  if (!c.tb) {
+    const float* src = c.b + pc * c.ldb + jb;
+    if (nb == nr && CopyFullPanel(dst, src, c.ldb, kcb, nr)) return;
+    for (int64_t p = 0; p < kcb; ++p) CopyRow(dst + p * nr, src + p * c.ldb, nb, nr);
+    return;
+  }
+  if (nb < nr)
+    for (int64_t p = 0; p < kcb; ++p)
+      for (int j = nb; j < nr; ++j) dst[p * nr + j] = 0.0f;
+  PackTransposed(dst, nr, c.b + jb * c.ldb + pc, c.ldb, nb, kcb);
+}
+
 // Packs panels [q0, q1) of the op(B) block depth [pc, pc+kcb) x columns [jc, jc+ncb):
 // panel q at dst + q*nr*kcb, element (p, j) at [p*nr + j], zero padded to nr.
 // B not transposed is read a few whole rows at a time (sequential reads for the
@@ -195,15 +213,7 @@ void PackB(const Ctx& c, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, int64
     }
     return;
   }
-  for (int64_t q = q0; q < q1; ++q) {
-    float* d = dst + q * nr * kcb;
-    const int64_t jb = jc + q * nr;
-    const int nb = static_cast<int>(std::min<int64_t>(nr, ncb - q * nr));
-    if (nb < nr)
-      for (int64_t p = 0; p < kcb; ++p)
-        for (int j = nb; j < nr; ++j) d[p * nr + j] = 0.0f;
-    PackTransposed(d, nr, c.b + jb * c.ldb + pc, c.ldb, nb, kcb);
-  }
+  for (int64_t q = q0; q < q1; ++q) PackBPanel(c, jc, ncb, pc, kcb, q, dst + q * nr * kcb);
 }
 
 // Packs A panels [r0, r1) into dst (pack_a) or describes A in place.
@@ -288,16 +298,39 @@ UkLines RectangleWalk(const void* first, int64_t rows, int64_t row_bytes, int64_
 
 namespace {
 
-// The source of op(A) panels [r0, r1) of the block rows [ic, ic+mcb) x depth
-// [pc, pc+kcb), as a walk over its cache lines; `lines` is their number.
+// The source of rows [i0, i1) x depth [pc, pc+kcb) of an operand whose element
+// (i, p) is at x[p * ld + i] (depth_major) or x[i * ld + p], as a walk over its
+// cache lines; `lines` is their number.
+UkLines SourceLines(const float* x, int64_t ld, bool depth_major, int64_t i0, int64_t i1, int64_t pc, int64_t kcb,
+                    int64_t& lines) {
+  const float* first = depth_major ? x + pc * ld + i0 : x + i0 * ld + pc;
+  const int64_t rows = depth_major ? kcb : i1 - i0, width = depth_major ? i1 - i0 : kcb;
+  return RectangleWalk(first, std::max<int64_t>(0, rows), std::max<int64_t>(0, width) * int64_t{sizeof(float)},
+                       ld * int64_t{sizeof(float)}, lines);
+}
+
+// The source of op(A) panels [r0, r1) of the block rows [ic, ic+mcb) x depth [pc, pc+kcb).
 UkLines ASourceLines(const Ctx& c, int64_t ic, int64_t mcb, int64_t pc, int64_t kcb, int64_t r0, int64_t r1,
                      int64_t& lines) {
-  const int64_t i0 = ic + r0 * c.mr, i1 = ic + std::min(r1 * c.mr, mcb);
-  const float* first = c.ta ? c.a + pc * c.lda + i0 : c.a + i0 * c.lda + pc;
-  const int64_t rows = c.ta ? kcb : i1 - i0, width = c.ta ? i1 - i0 : kcb;
-  return RectangleWalk(first, std::max<int64_t>(0, rows), std::max<int64_t>(0, width) * int64_t{sizeof(float)},
-                       c.lda * int64_t{sizeof(float)}, lines);
+  return SourceLines(c.a, c.lda, c.ta, ic + r0 * c.mr, ic + std::min(r1 * c.mr, mcb), pc, kcb, lines);
 }
+
+// The source of op(B) panel q of the block depth [pc, pc+kcb) x columns [jc, jc+ncb).
+UkLines BPanelSourceLines(const Ctx& c, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, int64_t q,
+                          int64_t& lines) {
+  const int64_t j0 = jc + q * c.nr;
+  return SourceLines(c.b, c.ldb, !c.tb, j0, j0 + std::min<int64_t>(c.nr, ncb - q * c.nr), pc, kcb, lines);
+}
+
+// B packed panel by panel (GemmBlocking::pack_b_panelwise): panel q of a block is
+// packed into `dst` just before its micro-kernel calls, over which the source of the
+// panel after it is prefetched into L2; `after` (with `after_lines`) is the source
+// of the first panel after the block's last.
+struct PanelwiseB {
+  float* dst;
+  UkLines after;
+  int64_t after_lines;
+};
 
 // The walk over the source of the A block a thread packs after block (ic, pc) of
 // column block jc, within its rows [m0, m1) and columns up to n_end: the next ic,
@@ -330,10 +363,11 @@ int64_t NextASourceLines(const Ctx& c, int64_t ic, int64_t pc, int64_t jc, int64
 // calls of the one before it. Rows of C outer (kOrderRowsOfC): each A panel runs
 // against the block's B panels left to right, without that prefetch. Both spread
 // the `next_a_lines` of `next_a` (the source of the A block packed next) over all
-// the block's calls.
+// the block's calls. With `pw` (panels of B outer), each panel is packed first and
+// its calls prefetch the next panel's source instead.
 void ComputeBlock(const Ctx& c, const AView& av, const BView& bv, int64_t ic, int64_t mcb, int64_t jc, int64_t ncb,
-                  int64_t kcb, float beta, int64_t q0, int64_t q1, Panel after, UkLines next_a,
-                  int64_t next_a_lines) {
+                  int64_t pc, int64_t kcb, float beta, int64_t q0, int64_t q1, Panel after, UkLines next_a,
+                  int64_t next_a_lines, const PanelwiseB* pw = nullptr) {
   UkArgs u;
   u.kc = kcb;
   u.ldc = c.ldc;
@@ -372,6 +406,23 @@ void ComputeBlock(const Ctx& c, const AView& av, const BView& bv, int64_t ic, in
     }
     return;
   }
+  if (pw) {
+    for (int64_t q = q0; q < q1; ++q) {
+      PackBPanel(c, jc, ncb, pc, kcb, q, pw->dst);
+      panel_of_b(q);  // bv: the one panel at pw->dst
+      u.next_b_lines = 0;
+      int64_t lines = pw->after_lines;
+      UkLines src = q + 1 < q1 ? BPanelSourceLines(c, jc, ncb, pc, kcb, q + 1, lines) : pw->after;
+      u.next_a = &src;
+      for (int64_t r = 0; r < rpanels; ++r) {
+        panel_of_a(r);
+        u.c = c.c + (ic + r * c.mr) * c.ldc + jc + q * c.nr;
+        u.next_a_lines = lines * (r + 1) / rpanels - lines * r / rpanels;
+        c.uk(u);
+      }
+    }
+    return;
+  }
   for (int64_t q = q0; q < q1; ++q) {
     panel_of_b(q);
     Panel next{};
@@ -400,13 +451,26 @@ void RunParN(const Ctx& c, int tid, int nt) {
     for (int64_t pc = 0; pc < c.k; pc += blk.kc) {
       const int64_t kcb = std::min(blk.kc, c.k - pc);
       const float beta = pc == 0 ? c.beta : 1.0f;
+      if (blk.pack_b_panelwise) {  // one row block: c.m <= mc
+        const AView av = PrepareA(c, 0, c.m, pc, kcb, 0, CeilDiv(c.m, c.mr), pa);
+        PanelwiseB pw{pb, {}, 0};
+        if (pc + kcb < c.k) {
+          pw.after = BPanelSourceLines(c, jc, ncb, pc + kcb, std::min(blk.kc, c.k - pc - kcb), 0, pw.after_lines);
+        } else if (jc + blk.nc < n1) {
+          pw.after = BPanelSourceLines(c, jc + blk.nc, std::min(blk.nc, n1 - jc - blk.nc), 0,
+                                       std::min(blk.kc, c.k), 0, pw.after_lines);
+        }
+        ComputeBlock(c, av, BView{pb, 0, c.nr, -1, nullptr}, 0, c.m, jc, ncb, pc, kcb, beta, 0, qn, Panel{}, {}, 0,
+                     &pw);
+        continue;
+      }
       const BView bv = PrepareB(c, jc, ncb, pc, kcb, 0, qn, pb);
       for (int64_t ic = 0; ic < c.m; ic += blk.mc) {
         const int64_t mcb = std::min(blk.mc, c.m - ic);
         const AView av = PrepareA(c, ic, mcb, pc, kcb, 0, CeilDiv(mcb, c.mr), pa);
         UkLines next_a;
         const int64_t a_lines = NextASourceLines(c, ic, pc, jc, 0, c.m, n1, tid, 1, next_a);
-        ComputeBlock(c, av, bv, ic, mcb, jc, ncb, kcb, beta, 0, qn,
+        ComputeBlock(c, av, bv, ic, mcb, jc, ncb, pc, kcb, beta, 0, qn,
                      AfterBlock(c, bv, kcb, 0, ic + blk.mc, c.m, jc, pc, jc + blk.nc, n1, 0), next_a, a_lines);
       }
     }
@@ -435,7 +499,7 @@ void RunParM(const Ctx& c, int tid, int nt) {
         const AView av = PrepareA(c, ic, mcb, pc, kcb, 0, CeilDiv(mcb, c.mr), pa);
         UkLines next_a;
         const int64_t a_lines = NextASourceLines(c, ic, pc, jc, m0, m1, c.n, tid, 1, next_a);
-        ComputeBlock(c, av, bv, ic, mcb, jc, ncb, kcb, beta, 0, qn,
+        ComputeBlock(c, av, bv, ic, mcb, jc, ncb, pc, kcb, beta, 0, qn,
                      AfterBlock(c, bv, kcb, 0, ic + blk.mc, m1, jc, pc, jc + blk.nc, c.n, 0), next_a, a_lines);
       }
       if (!c.packed_b) c.barrier->Wait(nt);  // every thread is done with it
@@ -468,7 +532,7 @@ void RunParMicroPanels(const Ctx& c, int tid, int nt) {
           Split(CeilDiv(std::min(blk.nc, c.n - jc - blk.nc), c.nr), tid, nt, next_q0, next_q1);
         UkLines next_a;
         const int64_t a_lines = NextASourceLines(c, ic, pc, jc, 0, c.m, c.n, tid, nt, next_a);
-        ComputeBlock(c, av, bv, ic, mcb, jc, ncb, kcb, beta, q0, q1,
+        ComputeBlock(c, av, bv, ic, mcb, jc, ncb, pc, kcb, beta, q0, q1,
                      q0 < q1 ? AfterBlock(c, bv, kcb, q0, ic + blk.mc, c.m, jc, pc, jc + blk.nc, c.n, next_q0) : Panel{},
                      next_a, a_lines);
         if (blk.pack_a) c.barrier->Wait(nt);
@@ -532,7 +596,8 @@ GemmBlocking BlockingFromParams(const ParamValues& p) {
   b.unroll_k = p[kParamUnrollK];
   b.prefetch = p[kParamPrefetch];
   b.pack_a = p[kParamPackA] != 0;
-  b.pack_b = p[kParamPackB] != 0;
+  b.pack_b = p[kParamPackB] != kPackBInPlace;
+  b.pack_b_panelwise = p[kParamPackB] == kPackBPanels;
   b.order = p[kParamOrder];
   b.prefetch_next = true;
   b.prefetch_next_a = true;
@@ -571,6 +636,8 @@ Status GemmF32(const GemmArgs& args, const GemmBlocking& blk_in, UkernelFn ukern
   blk.mc = std::max<int64_t>(mr, std::min(RoundUp(blk.mc, mr), RoundUp(c.m, mr)));
   blk.nc = std::max<int64_t>(nr, std::min(RoundUp(blk.nc, nr), RoundUp(c.n, nr)));
   blk.kc = std::max<int64_t>(1, std::min(blk.kc, c.k));
+  blk.pack_b_panelwise = blk.pack_b_panelwise && blk.pack_b && !c.packed_b && blk.par == kParN &&
+                         blk.order == kOrderPanelsOfB && blk.prefetch == 0 && c.m <= blk.mc;
 
   int64_t units = CeilDiv(c.n, nr);
   if (blk.par == kParM) units = CeilDiv(c.m, mr);
@@ -579,7 +646,7 @@ Status GemmF32(const GemmArgs& args, const GemmBlocking& blk_in, UkernelFn ukern
                                                       ThreadPool::kMaxThreads));
 
   c.a_floats = blk.mc * blk.kc;
-  c.b_floats = blk.nc * blk.kc;
+  c.b_floats = blk.pack_b_panelwise ? blk.kc * nr : blk.nc * blk.kc;
   c.edge_floats = blk.kc * nr;
   const int64_t b_region = c.packed_b ? 0 : RoundUp(blk.pack_b ? c.b_floats : c.edge_floats, kAlignFloats);
   const int64_t a_region = RoundUp(c.a_floats, kAlignFloats);

@@ -9,6 +9,9 @@
 //         for jr in nc step nr     (par=2 splits these micro-panels)
 //           for ir in mc step mr   micro-kernel on one mr x nr tile of C
 //
+// With pack_b = kPackBPanels and all of A one row block (see GemmPackB), B is packed
+// in the jr loop instead, one panel just before its micro-kernel calls.
+//
 // Thread-safety: reentrant. Scratch memory is owned by the calling thread
 // (thread_local, 64-byte aligned, grown on demand and then reused), so after
 // warm-up a call allocates nothing.
@@ -41,6 +44,7 @@ struct GemmBlocking {
   // `prefetch` is 0 and n is at most kNextASourceMaxN: there A is most of a call's
   // traffic, and a cold A's pack stalled every block.
   bool prefetch_next_a = false;
+  bool pack_b_panelwise = false;  // pack_b = kPackBPanels; GemmF32 keeps it where it applies
 };
 
 // The widest n whose GEMMs prefetch the next A block's source. Measured on the Intel

@@ -3,8 +3,8 @@
 // and nc lists are per variant (multiples of its mr / nr), the
 // others are shared. The tuner builds its search space from these lists:
 // 14 * 16 * 14 (mc, kc, nc) * 3 (par) * 28 (threads) * 4 (unroll_k) * 5 (prefetch)
-// * 2 * 2 * 2 (pack_a, pack_b, order) = 42e6 schedules per variant and shape before
-// the threads <= device.threads constraint (3.0e6 on a 2-thread device).
+// * 2 * 3 * 2 (pack_a, pack_b, order) = 63e6 schedules per variant and shape before
+// the threads <= device.threads constraint (4.5e6 on a 2-thread device).
 #pragma once
 
 #include <cstdint>
@@ -39,6 +39,14 @@ enum GemmPar : int { kParN = 0, kParM = 1, kParMicroPanels = 2 };
 // stays in L1 for every B micro-panel of the block (read from L2), and C is written
 // an mr-row panel at a time, left to right.
 enum GemmOrder : int { kOrderPanelsOfB = 0, kOrderRowsOfC = 1 };
+// Values of `pack_b`. In place: the micro-kernel reads B (not transposed) where it is
+// stored. Blocks: each kc x nc block of B is packed into nr-wide panels before any
+// micro-kernel runs on it, and reused by every row block of A. Panels: where all of
+// op(A) is one row block (m <= mc) of an N split, panels of B first and no software
+// prefetch, each panel is packed just before its micro-kernel calls, which prefetch
+// the next panel's source into L2 meanwhile (reading B overlaps the arithmetic, and
+// the packed B is one panel, not a block); elsewhere as blocks.
+enum GemmPackB : int { kPackBInPlace = 0, kPackBBlocks = 1, kPackBPanels = 2 };
 
 // Multipliers of mr (for mc) and nr (for nc).
 inline constexpr int32_t kGemmBlockMultipliers[] = {1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64};
@@ -54,6 +62,7 @@ inline constexpr int32_t kGemmThreadValues[] = {1,  2,  3,  4,  5,  6,  7,  8,  
 inline constexpr int32_t kGemmUnrollValues[] = {1, 2, 4, 8};
 inline constexpr int32_t kGemmPrefetchValues[] = {0, 2, 4, 8, 16};
 inline constexpr int32_t kGemmBoolValues[] = {0, 1};
+inline constexpr int32_t kGemmPackBValues[] = {kPackBInPlace, kPackBBlocks, kPackBPanels};
 // Rows of an operand a multiple of this many bytes apart fall into the same few sets
 // of the L1 (each way of the 8-way 32 KiB and 12-way 48 KiB L1s spans 4 KiB), so the
 // rules that read many such rows at once treat these strides apart.
@@ -87,7 +96,9 @@ struct GemmParamSet {
       {"unroll_k", kGemmUnrollValues, 4, "micro-kernel k-loop unroll factor (k iterations per loop trip)"},
       {"prefetch", kGemmPrefetchValues, 0, "software prefetch distance of A and B in k iterations; 0 = off"},
       {"pack_a", kGemmBoolValues, 1, "1 = pack A blocks into mr-tall panels; 0 = micro-kernel reads A in place"},
-      {"pack_b", kGemmBoolValues, 1, "1 = pack B blocks into nr-wide panels; 0 = read B in place (needs B not transposed)"},
+      {"pack_b", kGemmPackBValues, kPackBBlocks,
+       "1 = pack B blocks into nr-wide panels; 2 = pack each panel as it is used (one row block of A; else 1); "
+       "0 = read B in place (needs B not transposed)"},
       {"order", kGemmBoolValues, kOrderPanelsOfB,
        "micro-tiles of a block: 0 = each B micro-panel against every A panel; 1 = each A panel against every B "
        "micro-panel (C written row panel by row panel)"},
@@ -196,6 +207,10 @@ Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p,
 // would cost more than it saves) unless B is transposed; kc from GemmDeepKc on
 // kGemmDeepKDefaultTile where GemmDeepKDefaultHolds; order by GemmRowsOrderFits.
 void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
+// pack_b = kPackBPanels in the fitted schedule of per-call keys where it applies (all
+// of A one row block of an N split, panels of B first, no software prefetch), with
+// more than one panel of B and at least one full depth block deep (kc).
+bool GemmPanelPackFits(const OpKey& key, const ParamValues& p, int nr);
 // preferred_default(): for the AVX-512 tiles of an AVX-512 host (the first in the
 // table, 8x32, takes them), constant-weights keys
 // - with m above kGemvPackedMaxM and at most kGemvMaxM, and n of a panel or more,
