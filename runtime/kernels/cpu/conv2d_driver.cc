@@ -282,6 +282,7 @@ struct GemmConvCtx {
   GemmBlocking blk;
   int64_t m_block;
   UkernelFn uk;
+  PackRowsFn pack_rows;
   int mr, nr;
   SpinBarrier* barrier;
   std::atomic<bool>* failed;
@@ -366,7 +367,7 @@ void GemmConvTask(void* ctx, int tid, int nt) {
     if (c.bias)
       for (int64_t i = 0; i < mb; ++i) std::memcpy(yb + i * s.oc, c.bias, s.oc * sizeof(float));
     g.c = yb;
-    if (!GemmF32(g, c.blk, c.uk, c.mr, c.nr).ok()) {
+    if (!GemmF32(g, c.blk, c.uk, c.pack_rows, c.mr, c.nr).ok()) {
       c.failed->store(true, std::memory_order_relaxed);
       return;
     }
@@ -483,7 +484,8 @@ void GemmConvPackWeights(const float* w, int64_t ld, const OpKey& key, int64_t k
   PackWeightsF32(w, ld, true, s.oc, s.K, kc, nr, dst);
 }
 
-Status GemmConvF32(const Conv2dArgs& args, const ParamValues& p, UkernelFn ukernel, int mr, int nr) {
+Status GemmConvF32(const Conv2dArgs& args, const ParamValues& p, UkernelFn ukernel, PackRowsFn pack_rows, int mr,
+                   int nr) {
   GemmConvCtx c{};
   const OpKey key = Conv2dKeyOf(args);
   const Shape& s = c.s = Shape::Of(key);
@@ -504,6 +506,7 @@ Status GemmConvF32(const Conv2dArgs& args, const ParamValues& p, UkernelFn ukern
   c.blk.prefetch_next = args.packed_weights != nullptr;  // a plan's filter, cold between layers
   c.m_block = p[kCgMBlock];
   c.uk = ukernel;
+  c.pack_rows = pack_rows;
   c.mr = mr;
   c.nr = nr;
   const int nt = static_cast<int>(std::clamp<int64_t>(std::min<int64_t>(p[kCgThreads], CeilDiv(c.pixels, mr)), 1,

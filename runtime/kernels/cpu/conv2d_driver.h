@@ -58,7 +58,8 @@ int64_t GemmConvPackedFloats(const OpKey& key, int nr);
 void GemmConvPackWeights(const float* w, int64_t ld, const OpKey& key, int64_t kc, int nr, float* dst);
 // params: conv2d_params.h Conv2dGemmParam. A 1x1 variant passes only keys its
 // supports() accepts; the driver itself runs any key.
-Status GemmConvF32(const Conv2dArgs& args, const ParamValues& params, UkernelFn ukernel, int mr, int nr);
+Status GemmConvF32(const Conv2dArgs& args, const ParamValues& params, UkernelFn ukernel, PackRowsFn pack_rows,
+                   int mr, int nr);
 
 // ---- The portable reference (CG_CONV2D_REF rows; params: kConv2dRefSpecs) ----
 // Packed filter: the OHWI filter, dense.

@@ -188,10 +188,10 @@ Status DirectPackWeights(const KernelVariant& self, const OpKey& key, const Para
 
 // ---- GEMM-based (1x1, im2col) ----
 
-template <UkernelFn kUkernel, int MR, int NR>
+template <UkernelFn kUkernel, PackRowsFn kPackRows, int MR, int NR>
 Status GemmConvEntry(const KernelVariant& self, const Conv2dArgs& args, const ParamValues& params) {
   CG_RETURN_IF_ERROR(CheckF32(self, args));
-  return GemmConvF32(args, params, kUkernel, MR, NR);
+  return GemmConvF32(args, params, kUkernel, kPackRows, MR, NR);
 }
 
 enum GemmConvAlgo { k1x1, kIm2col };
@@ -278,8 +278,8 @@ std::span<const KernelVariant> CpuConv2dVariants() {
 #define CG_CONV2D_GEMM(isa, name, algo, gemm, mr, nr)                                                        \
   {#name, Backend::kCpu, OpKind::kConv2d, DType::kF32, isa, Conv2dGemmParamSet<mr, nr>::kSpecs,              \
    &GemmConvSupports<algo>, &GemmConvCheck, &GemmConvFitDefaults,                                           \
-   {.conv2d = &GemmConvEntry<&gemm##_ukernel, mr, nr>}, {.conv2d = {nr, mr}}, nullptr, nullptr,              \
-   &GemmConvPackedBytes, &GemmConvPack},
+   {.conv2d = &GemmConvEntry<&gemm##_ukernel, &gemm##_pack_rows, mr, nr>}, {.conv2d = {nr, mr}}, nullptr,    \
+   nullptr, &GemmConvPackedBytes, &GemmConvPack},
 #define CG_CONV2D_DIRECT(isa, name, oc_tile, ow_tile)                                                        \
   {#name, Backend::kCpu, OpKind::kConv2d, DType::kF32, isa, Conv2dDirectParamSet<oc_tile>::kSpecs, nullptr, \
    &DirectCheck, &DirectFitDefaults, {.conv2d = &DirectEntry<&name##_tile>}, {.conv2d = {oc_tile, ow_tile}}, \

@@ -53,10 +53,10 @@ Status GemvTallEntry(const KernelVariant& self, const GemmArgs& args, const Para
   return GemvTallF32(self, args, params, kRows, kTall);
 }
 
-template <UkernelFn kUkernel, int MR, int NR>
+template <UkernelFn kUkernel, PackRowsFn kPackRows, int MR, int NR>
 Status GemmEntry(const KernelVariant& self, const GemmArgs& args, const ParamValues& params) {
   CG_RETURN_IF_ERROR(RequireF32(self, args.dtype));
-  return GemmF32(args, BlockingFromParams(params), kUkernel, MR, NR);
+  return GemmF32(args, BlockingFromParams(params), kUkernel, kPackRows, MR, NR);
 }
 
 size_t GemmPackedWeightsBytes(const KernelVariant& self, const OpKey& key, const ParamValues& /*params*/) {
@@ -278,7 +278,8 @@ std::span<const KernelVariant> CpuKernelVariants() {
 #include "kernels/cpu/gemv_f32.inc"
 #define CG_KERNEL(isa, name, mr, nr)                                                                          \
   {#name, Backend::kCpu, OpKind::kGemm, DType::kF32, isa, GemmParamSet<mr, nr>::kSpecs, nullptr, &GemmCheck, \
-   &GemmFitDefaults, {.gemm = &GemmEntry<&name##_ukernel, mr, nr>}, {.gemm = {mr, nr}}, &GemmCandidates, nullptr, \
+   &GemmFitDefaults, {.gemm = &GemmEntry<&name##_ukernel, &name##_pack_rows, mr, nr>}, {.gemm = {mr, nr}},      \
+   &GemmCandidates, nullptr,                                                                                   \
    &GemmPackedWeightsBytes, &GemmPackWeights, &GemmPreferredDefault},
 #include "kernels/cpu/gemm_f32.inc"
   });

@@ -147,6 +147,7 @@ struct Ctx {
   const float* packed_b;  // B packed ahead (PackWeightsF32), or nullptr
   int64_t n_pad;          // n rounded up to nr: the packed row of one depth step
   UkernelFn uk;
+  PackRowsFn pack_rows;  // B as stored into panels; nullptr: the portable copies (PackWeightsF32)
   int mr, nr;
   GemmBlocking blk;  // mc, kc, nc clipped to the problem
   int64_t a_floats, b_floats, edge_floats;
@@ -175,6 +176,13 @@ void PackA(const Ctx& c, int64_t ic, int64_t mcb, int64_t pc, int64_t kcb, int64
   }
 }
 
+// `rows` rows of nb <= nr columns of B as stored (row stride ldb) into a panel at dst.
+void CopyRowsOfB(const Ctx& c, float* dst, const float* src, int64_t rows, int nb) {
+  if (c.pack_rows) return c.pack_rows(dst, src, c.ldb, rows, nb);
+  if (nb == c.nr && CopyFullPanel(dst, src, c.ldb, rows, c.nr)) return;
+  for (int64_t p = 0; p < rows; ++p) CopyRow(dst + p * c.nr, src + p * c.ldb, nb, c.nr);
+}
+
 // Packs panel q of the op(B) block depth [pc, pc+kcb) x columns [jc, jc+ncb) at dst:
 // element (p, j) at [p*nr + j], zero padded to nr.
 void PackBPanel(const Ctx& c, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, int64_t q, float* dst) {
@@ -182,9 +190,7 @@ void PackBPanel(const Ctx& c, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, 
   const int64_t jb = jc + q * nr;
   const int nb = static_cast<int>(std::min<int64_t>(nr, ncb - q * nr));
   if (!c.tb) {
-    const float* src = c.b + pc * c.ldb + jb;
-    if (nb == nr && CopyFullPanel(dst, src, c.ldb, kcb, nr)) return;
-    for (int64_t p = 0; p < kcb; ++p) CopyRow(dst + p * nr, src + p * c.ldb, nb, nr);
+    CopyRowsOfB(c, dst, c.b + pc * c.ldb + jb, kcb, nb);
     return;
   }
   if (nb < nr)
@@ -206,9 +212,7 @@ void PackB(const Ctx& c, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, int64
       for (int64_t q = q0; q < q1; ++q) {
         float* d = dst + q * nr * kcb + p0 * nr;
         const float* src = c.b + (pc + p0) * c.ldb + jc + q * nr;
-        const int nb = static_cast<int>(std::min<int64_t>(nr, ncb - q * nr));
-        if (nb == nr && CopyFullPanel(d, src, c.ldb, rows, nr)) continue;
-        for (int64_t p = 0; p < rows; ++p) CopyRow(d + p * nr, src + p * c.ldb, nb, nr);
+        CopyRowsOfB(c, d, src, rows, static_cast<int>(std::min<int64_t>(nr, ncb - q * nr)));
       }
     }
     return;
@@ -238,10 +242,8 @@ BView PrepareB(const Ctx& c, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, i
   BView v{c.b + pc * c.ldb + jc, c.nr, c.ldb, -1, dst};
   if (ncb % c.nr != 0) {
     v.edge_q = ncb / c.nr;
-    if (v.edge_q >= q0 && v.edge_q < q1) {
-      const int nb = static_cast<int>(ncb % c.nr);
-      for (int64_t p = 0; p < kcb; ++p) CopyRow(dst + p * c.nr, v.base + p * c.ldb + v.edge_q * c.nr, nb, c.nr);
-    }
+    if (v.edge_q >= q0 && v.edge_q < q1)
+      CopyRowsOfB(c, dst, v.base + v.edge_q * c.nr, kcb, static_cast<int>(ncb % c.nr));
   }
   return v;
 }
@@ -604,7 +606,8 @@ GemmBlocking BlockingFromParams(const ParamValues& p) {
   return b;
 }
 
-Status GemmF32(const GemmArgs& args, const GemmBlocking& blk_in, UkernelFn ukernel, int mr, int nr) {
+Status GemmF32(const GemmArgs& args, const GemmBlocking& blk_in, UkernelFn ukernel, PackRowsFn pack_rows, int mr,
+               int nr) {
   if (args.alpha == 0.0f) {  // BLAS semantics: A and B are not read
     ScaleC(args);
     return Status::Ok();
@@ -626,6 +629,7 @@ Status GemmF32(const GemmArgs& args, const GemmBlocking& blk_in, UkernelFn ukern
   c.packed_b = static_cast<const float*>(args.packed_b);
   c.n_pad = RoundUp(c.n, nr);
   c.uk = ukernel;
+  c.pack_rows = pack_rows;
   c.mr = mr;
   c.nr = nr;
   c.blk = blk_in;

@@ -60,10 +60,11 @@ inline constexpr int64_t kNextASourceMaxN = 128;
 GemmBlocking BlockingFromParams(const ParamValues& p);
 
 // Runs C = alpha * op(A) * op(B) + beta * C for validated args. mc % mr == 0 and
-// nc % nr == 0; pack_b == false requires !args.trans_b. With args.packed_b (laid out
+// nc % nr == 0; pack_b == false requires !args.trans_b; pack_rows packs B as stored. With args.packed_b (laid out
 // by PackWeightsF32 for the same kc and nr) B is read from there and pack_b is moot.
 // Returns kInternal only when scratch memory cannot be allocated.
-Status GemmF32(const GemmArgs& args, const GemmBlocking& blk, UkernelFn ukernel, int mr, int nr);
+Status GemmF32(const GemmArgs& args, const GemmBlocking& blk, UkernelFn ukernel, PackRowsFn pack_rows, int mr,
+               int nr);
 
 // Constant weights packed ahead of calls: all of op(B) in the panels the driver
 // packs per call, so that no call packs B. For depth blocks of kc (the schedule's,

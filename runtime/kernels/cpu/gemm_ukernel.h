@@ -59,7 +59,15 @@ struct UkArgs {
 
 using UkernelFn = void (*)(const UkArgs&);
 
-#define CG_KERNEL(isa, name, mr, nr) void name##_ukernel(const UkArgs& args);
+// Rows of B as stored into a panel of the variant's nr columns, in its ISA (the
+// driver packs B not transposed with it): dst[p * nr + j] = src[p * ld + j] for
+// p < rows, j < n, and 0 for n <= j < nr; 1 <= n <= nr, src readable for n floats
+// a row.
+using PackRowsFn = void (*)(float* dst, const float* src, int64_t ld, int64_t rows, int n);
+
+#define CG_KERNEL(isa, name, mr, nr)          \
+  void name##_ukernel(const UkArgs& args);   \
+  void name##_pack_rows(float* dst, const float* src, int64_t ld, int64_t rows, int n);
 #include "kernels/cpu/gemm_f32.inc"
 
 }  // namespace cliffguard::cpu

@@ -250,11 +250,29 @@ CG_INLINE void RunUkernel(const UkArgs& p) {
   Table::kFns[(u * 2 + packed) * MR + p.m - 1](p);
 }
 
+// PackRowsFn: whole vectors, the last ones of a short row masked (zeros past n).
+template <class T, int NR>
+CG_INLINE void PackRows(float* __restrict dst, const float* __restrict src, int64_t ld, int64_t rows, int n) {
+  constexpr int W = T::kWidth, NV = NR / W;
+  if (n == NR) {
+    for (int64_t p = 0; p < rows; ++p)
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) T::Store(dst + p * NR + v * W, T::Load(src + p * ld + v * W));
+    return;
+  }
+  for (int64_t p = 0; p < rows; ++p)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) T::Store(dst + p * NR + v * W, T::LoadN(src + p * ld + v * W, n - v * W));
+}
+
 }  // namespace
 }  // namespace cliffguard::cpu
 
-// Defines the variant's micro-kernel entry point (external linkage).
-#define CG_DEFINE_GEMM_UKERNEL(name, traits, mr, nr) \
-  namespace cliffguard::cpu {                         \
-  void name##_ukernel(const UkArgs& args) { RunUkernel<traits, mr, nr>(args); } \
+// Defines the variant's micro-kernel and row-packing entry points (external linkage).
+#define CG_DEFINE_GEMM_UKERNEL(name, traits, mr, nr)                                                  \
+  namespace cliffguard::cpu {                                                                         \
+  void name##_ukernel(const UkArgs& args) { RunUkernel<traits, mr, nr>(args); }                       \
+  void name##_pack_rows(float* dst, const float* src, int64_t ld, int64_t rows, int n) {              \
+    PackRows<traits, nr>(dst, src, ld, rows, n);                                                      \
+  }                                                                                                   \
   }
