@@ -198,9 +198,10 @@ void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo&
 }
 
 bool GemmPanelPackFits(const OpKey& key, const ParamValues& p, int nr) {
-  return !key.constant_weights && p[kParamPackB] == kPackBBlocks && p[kParamPar] == kParN &&
-         p[kParamOrder] == kOrderPanelsOfB && p[kParamPrefetch] == 0 && key.m() <= p[kParamMc] && key.n() > nr &&
-         key.k() >= p[kParamKc];
+  if (key.constant_weights || p[kParamPackB] != kPackBBlocks || key.n() <= nr || key.k() < p[kParamKc]) return false;
+  GemmBlocking panels = BlockingFromParams(p);
+  panels.pack_b_panelwise = true;
+  return PanelwiseBApplies(panels, key.m(), false);
 }
 
 bool GemmRowsOrderFits(const OpKey& key, int32_t kc, int32_t nc, const DeviceInfo& device) {

@@ -606,6 +606,11 @@ GemmBlocking BlockingFromParams(const ParamValues& p) {
   return b;
 }
 
+bool PanelwiseBApplies(const GemmBlocking& blk, int64_t m, bool packed_ahead) {
+  return blk.pack_b_panelwise && blk.pack_b && !packed_ahead && blk.par == kParN && blk.order == kOrderPanelsOfB &&
+         blk.prefetch == 0 && m <= blk.mc;
+}
+
 Status GemmF32(const GemmArgs& args, const GemmBlocking& blk_in, UkernelFn ukernel, PackRowsFn pack_rows, int mr,
                int nr) {
   if (args.alpha == 0.0f) {  // BLAS semantics: A and B are not read
@@ -640,8 +645,7 @@ Status GemmF32(const GemmArgs& args, const GemmBlocking& blk_in, UkernelFn ukern
   blk.mc = std::max<int64_t>(mr, std::min(RoundUp(blk.mc, mr), RoundUp(c.m, mr)));
   blk.nc = std::max<int64_t>(nr, std::min(RoundUp(blk.nc, nr), RoundUp(c.n, nr)));
   blk.kc = std::max<int64_t>(1, std::min(blk.kc, c.k));
-  blk.pack_b_panelwise = blk.pack_b_panelwise && blk.pack_b && !c.packed_b && blk.par == kParN &&
-                         blk.order == kOrderPanelsOfB && blk.prefetch == 0 && c.m <= blk.mc;
+  blk.pack_b_panelwise = PanelwiseBApplies(blk, c.m, c.packed_b != nullptr);
 
   int64_t units = CeilDiv(c.n, nr);
   if (blk.par == kParM) units = CeilDiv(c.m, mr);

@@ -59,6 +59,11 @@ inline constexpr int64_t kNextASourceMaxN = 128;
 // so is prefetch_next_a, which GemmF32 keeps where its conditions hold.
 GemmBlocking BlockingFromParams(const ParamValues& p);
 
+// Where pack_b_panelwise packs B panel by panel (elsewhere it packs blocks): B packed
+// within the call (not packed ahead), all of op(A) one row block (m <= mc) of an N
+// split, panels of B first, no software prefetch.
+bool PanelwiseBApplies(const GemmBlocking& blk, int64_t m, bool packed_ahead);
+
 // Runs C = alpha * op(A) * op(B) + beta * C for validated args. mc % mr == 0 and
 // nc % nr == 0; pack_b == false requires !args.trans_b; pack_rows packs B as stored. With args.packed_b (laid out
 // by PackWeightsF32 for the same kc and nr) B is read from there and pack_b is moot.

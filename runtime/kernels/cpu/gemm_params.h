@@ -207,9 +207,10 @@ Status GemmCheck(const KernelVariant& v, const OpKey& key, const ParamValues& p,
 // would cost more than it saves) unless B is transposed; kc from GemmDeepKc on
 // kGemmDeepKDefaultTile where GemmDeepKDefaultHolds; order by GemmRowsOrderFits.
 void GemmFitDefaults(const KernelVariant& v, const OpKey& key, const DeviceInfo& device, ParamValues& p);
-// pack_b = kPackBPanels in the fitted schedule of per-call keys where it applies (all
-// of A one row block of an N split, panels of B first, no software prefetch), with
-// more than one panel of B and at least one full depth block deep (kc).
+// pack_b = kPackBPanels in the fitted schedule of per-call keys where the driver
+// packs panel by panel with it (PanelwiseBApplies: all of A one row block of an N
+// split, panels of B first, no software prefetch), with more than one panel of B and
+// at least one full depth block deep (kc).
 bool GemmPanelPackFits(const OpKey& key, const ParamValues& p, int nr);
 // preferred_default(): for the AVX-512 tiles of an AVX-512 host (the first in the
 // table, 8x32, takes them), constant-weights keys
