@@ -324,6 +324,19 @@ UkLines BPanelSourceLines(const Ctx& c, int64_t jc, int64_t ncb, int64_t pc, int
   return SourceLines(c.b, c.ldb, !c.tb, j0, j0 + std::min<int64_t>(c.nr, ncb - q * c.nr), pc, kcb, lines);
 }
 
+// The source of the first B panel after block (jc, pc) of a thread whose columns end
+// at n_end: the next depth block's, else the next column block's; none (0 lines) after
+// the last.
+UkLines FirstPanelAfter(const Ctx& c, int64_t jc, int64_t ncb, int64_t pc, int64_t kcb, int64_t n_end,
+                        int64_t& lines) {
+  lines = 0;
+  if (pc + kcb < c.k) return BPanelSourceLines(c, jc, ncb, pc + kcb, std::min(c.blk.kc, c.k - pc - kcb), 0, lines);
+  if (jc + c.blk.nc < n_end)
+    return BPanelSourceLines(c, jc + c.blk.nc, std::min(c.blk.nc, n_end - jc - c.blk.nc), 0, std::min(c.blk.kc, c.k),
+                             0, lines);
+  return {};
+}
+
 // B packed panel by panel (GemmBlocking::pack_b_panelwise): panel q of a block is
 // packed into `dst` just before its micro-kernel calls, over which the source of the
 // panel after it is prefetched into L2; `after` (with `after_lines`) is the source
@@ -456,12 +469,7 @@ void RunParN(const Ctx& c, int tid, int nt) {
       if (blk.pack_b_panelwise) {  // one row block: c.m <= mc
         const AView av = PrepareA(c, 0, c.m, pc, kcb, 0, CeilDiv(c.m, c.mr), pa);
         PanelwiseB pw{pb, {}, 0};
-        if (pc + kcb < c.k) {
-          pw.after = BPanelSourceLines(c, jc, ncb, pc + kcb, std::min(blk.kc, c.k - pc - kcb), 0, pw.after_lines);
-        } else if (jc + blk.nc < n1) {
-          pw.after = BPanelSourceLines(c, jc + blk.nc, std::min(blk.nc, n1 - jc - blk.nc), 0,
-                                       std::min(blk.kc, c.k), 0, pw.after_lines);
-        }
+        pw.after = FirstPanelAfter(c, jc, ncb, pc, kcb, n1, pw.after_lines);
         ComputeBlock(c, av, BView{pb, 0, c.nr, -1, nullptr}, 0, c.m, jc, ncb, pc, kcb, beta, 0, qn, Panel{}, {}, 0,
                      &pw);
         continue;
