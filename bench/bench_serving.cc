@@ -46,7 +46,11 @@
 // BM_read_bandwidth for decode sizes, m <= 16 (counter read_bandwidth_GBps), and the FMAs of
 // BM_fma_peak for m, n, k >= 1000 (fma_peak_GFLOPS). Its verdict compares the
 // per-round ratio of tuned to default: slower beyond the noise when its median
-// exceeds 1 + max(2%, its half interquartile range).
+// exceeds 1 + max(2%, its half interquartile range). Rounds that lost more than
+// --max_cpu_wait (default 0.10) of their time to other work on the host (counters
+// cpu_wait, the median round's share, and busy_rounds; the tuner's measure,
+// tuner/src/cpu_wait.h) are left out of it; a shape with fewer than half its rounds
+// quiet is not judged, and the run exits 1 saying so.
 //
 // Operands rotate over copies covering 2x the last-level cache (weights are not
 // found in cache from the previous call, as in serving), unless --warm. Shapes (name layout m n k):
@@ -76,6 +80,7 @@
 #include <fmt/format.h>
 
 #include "bench_util.h"
+#include "cpu_wait.h"
 #include "cliffguard/device.h"
 #include "cliffguard/kernel.h"
 #include "cliffguard/log.h"
@@ -559,7 +564,11 @@ std::vector<std::string> g_paired_rows = {"default_packed", "tuned_packed", "one
 int g_rounds = 15;
 double g_window_s = 0.02;
 std::vector<std::string> g_paired_slower;  // verdict lines: tuned slower than default beyond noise
+std::vector<std::string> g_paired_busy;    // verdict lines: not judged, too few rounds on a quiet host
 int g_paired_compared = 0, g_paired_same = 0;
+// A round that lost more than this share of its time to other work on the host
+// (CpuWaitMeter, as the tuner's --max-cpu-wait) is left out of the verdict.
+double g_max_cpu_wait = 0.10;
 
 double Quantile(std::vector<double> v, double f) {
   std::sort(v.begin(), v.end());
@@ -607,8 +616,10 @@ void TimePaired(benchmark::State& st, const Shape& s, const OpKey& key, const De
   std::mt19937 rng(1);
   std::vector<size_t> order(rows.size());
   for (size_t j = 0; j < order.size(); ++j) order[j] = j;
+  std::vector<double> round_wait;  // each round's cpu_wait (-1: not measured)
   for (auto _ : st) {
     for (int round = 0; round < g_rounds; ++round) {
+      const tuner::CpuWaitMeter window;
       std::shuffle(order.begin(), order.end(), rng);
       for (size_t j : order) {
         Contender& c = rows[j].second;
@@ -627,8 +638,12 @@ void TimePaired(benchmark::State& st, const Shape& s, const OpKey& key, const De
         if (!ok.ok()) return st.SkipWithError((rows[j].first + ": " + ok.ToString()).c_str());
         secs[j].push_back(elapsed / double(calls));
       }
+      round_wait.push_back(window.Share());
     }
   }
+  const auto quiet = [](double w) { return !(w > g_max_cpu_wait); };
+  st.counters["cpu_wait"] = Quantile(round_wait, 0.5);
+  st.counters["busy_rounds"] = double(std::count_if(round_wait.begin(), round_wait.end(), std::not_fn(quiet)));
   for (size_t j = shape_rows; j < rows.size(); ++j) {
     const BoundRow& b = bounds[j - shape_rows];
     st.counters[b.counter] = b.work * 1e-9 / Quantile(secs[j], 0.5);
@@ -644,8 +659,9 @@ void TimePaired(benchmark::State& st, const Shape& s, const OpKey& key, const De
   }
   st.SetLabel(label);
   // The verdict of a tuned row against its default: the median and half interquartile
-  // range of their per-round ratio; slower beyond the noise when the median exceeds
-  // 1 + max(2%, that spread).
+  // range of their per-round ratio over the quiet rounds; slower beyond the noise when
+  // the median exceeds 1 + max(2%, that spread). Not judged with fewer than half the
+  // rounds (and 3) quiet.
   auto ran = [](const Contender& c) { return c.label.starts_with("miss: ") ? c.label.substr(6) : c.label; };
   for (const auto& [tuned, def] : {std::pair<std::string, std::string>{"tuned_packed", "default_packed"}, {"tuned", "default"}}) {
     auto find = [&](const std::string& n) {
@@ -660,7 +676,15 @@ void TimePaired(benchmark::State& st, const Shape& s, const OpKey& key, const De
       continue;
     }
     std::vector<double> ratio;
-    for (size_t r = 0; r < secs[size_t(t)].size(); ++r) ratio.push_back(secs[size_t(t)][r] / secs[size_t(d)][r]);
+    for (size_t r = 0; r < secs[size_t(t)].size(); ++r)
+      if (quiet(round_wait[r])) ratio.push_back(secs[size_t(t)][r] / secs[size_t(d)][r]);
+    if (ratio.size() < std::max<size_t>(3, (round_wait.size() + 1) / 2)) {
+      g_paired_busy.push_back(fmt::format("NOT JUDGED (busy host): {} {}: {} of {} rounds lost more than {:.0f}% of "
+                                          "their time to other work",
+                                          name, tuned, round_wait.size() - ratio.size(), round_wait.size(),
+                                          100 * g_max_cpu_wait));
+      continue;
+    }
     const double med = Quantile(ratio, 0.5), spread = 0.5 * (Quantile(ratio, 0.75) - Quantile(ratio, 0.25));
     ++g_paired_compared;
     if (med - 1 > std::max(0.02, spread))
@@ -801,6 +825,11 @@ int main(int argc, char** argv) {
     } else if (arg.starts_with("--paired_rounds=")) {
       cliffguard::g_rounds = std::atoi(argv[i] + 16);
       if (cliffguard::g_rounds < 1) return std::fprintf(stderr, "--paired_rounds=%s: must be at least 1\n", argv[i] + 16), 2;
+    } else if (arg.starts_with("--max_cpu_wait=")) {
+      char* end = nullptr;
+      cliffguard::g_max_cpu_wait = std::strtod(argv[i] + 15, &end);
+      if (end == argv[i] + 15 || *end != '\0' || !(cliffguard::g_max_cpu_wait >= 0 && cliffguard::g_max_cpu_wait <= 1))
+        return std::fprintf(stderr, "--max_cpu_wait=%s: must be a number in [0, 1]\n", argv[i] + 15), 2;
     } else if (arg.starts_with("--paired_window_ms=")) {
       cliffguard::g_window_s = std::atof(argv[i] + 19) * 1e-3;
       if (!(cliffguard::g_window_s > 0))
@@ -871,9 +900,12 @@ int main(int argc, char** argv) {
   if (cliffguard::g_bundles.empty()) return 0;
   if (!paired) return reporter.Verdict() > 0 ? 1 : 0;
   for (const auto& line : cliffguard::g_paired_slower) std::fprintf(stderr, "%s\n", line.c_str());
+  for (const auto& line : cliffguard::g_paired_busy) std::fprintf(stderr, "%s\n", line.c_str());
   std::fprintf(stderr,
                "verdict: %d tuned rows with a schedule of their own compared with their default in paired rounds, %zu "
-               "slower beyond noise (%d rows run the default schedule itself)\n",
-               cliffguard::g_paired_compared, cliffguard::g_paired_slower.size(), cliffguard::g_paired_same);
-  return cliffguard::g_paired_slower.empty() ? 0 : 1;
+               "slower beyond noise (%d rows run the default schedule itself; %zu not judged: busy host, rerun on a "
+               "quiet one)\n",
+               cliffguard::g_paired_compared, cliffguard::g_paired_slower.size(), cliffguard::g_paired_same,
+               cliffguard::g_paired_busy.size());
+  return cliffguard::g_paired_slower.empty() && cliffguard::g_paired_busy.empty() ? 0 : 1;
 }

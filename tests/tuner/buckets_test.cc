@@ -196,12 +196,16 @@ class ScriptedMeasurer final : public Measurer {
   }
   StatusOr<std::vector<MeasureResult>> MeasureInterleaved(const OpKey& key, std::span<const Schedule> schedules) override {
     interleaved_keys.push_back(key);
-    return Times(key, schedules, true);
+    auto out = Times(key, schedules, true);
+    if (auto w = end_cpu_wait.find(key.m()); w != end_cpu_wait.end())
+      for (auto& r : out) r.cpu_wait = w->second;
+    return out;
   }
   std::map<int64_t, double> end_us;
   std::set<int64_t> end_fails;
   double end_default_us = 50;
   std::vector<double> end_rounds_us;  // given: the entry's six interleaved rounds at the end key m=16
+  std::map<int64_t, double> end_cpu_wait;  // the cpu_wait of every interleaved result at an end key (by m)
   std::vector<OpKey> interleaved_keys;
 
  private:
@@ -350,6 +354,33 @@ TEST(TuneBucketTest, ABucketSlowerThanAnEndsDefaultBeyondTheNoiseIsRefused) {
       EXPECT_EQ(s.note.find("refused"), std::string::npos) << s.note;
     }
     EXPECT_EQ(BucketRecords(log).size(), 4u) << what;
+    std::remove(log.c_str());
+  }
+}
+
+// An end measured on a busy host in every try refuses the bucket (the entry ships
+// without it); every try is logged.
+TEST(TuneBucketTest, ABucketCheckedOnlyOnABusyHostIsRefused) {
+  const OpKey a = OpKey::Gemm(12, 64, 32);
+  for (const double wait : {0.02, 0.35}) {
+    const std::string log = TempPath("busy_bucket.jsonl");
+    ScriptedMeasurer fake(HostCpuDevice());
+    fake.end_us = {{9, 45}, {16, 45}};
+    fake.end_cpu_wait = {{16, wait}};
+    TunerOptions o = BucketOptions({{a, 9, 16}}, &kAnyM, log, &fake);
+    o.cpu_wait_pause_s = 0;
+    auto res = Tune(o);
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    const KeySummary& s = res->summaries[0];
+    const BundleEntry* e = EntryOf(*res, a);
+    ASSERT_NE(e, nullptr);
+    const bool busy = wait > o.max_cpu_wait;
+    EXPECT_EQ(e->has_bucket(), !busy) << s.note;
+    EXPECT_EQ(BucketRecords(log).size(), busy ? 2u + 2u * 3u : 4u) << wait;
+    if (busy) {
+      EXPECT_NE(s.note.find("bucket [9, 16] refused: at m=16: the host was busy in all 3 tries"), std::string::npos)
+          << s.note;
+    }
     std::remove(log.c_str());
   }
 }

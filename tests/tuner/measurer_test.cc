@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "cpu_wait.h"
 #include "harness.h"
 #include "sanitizers.h"
 
@@ -194,12 +195,51 @@ TEST(MeasurerTest, InterleavedRemeasureAndDefaultSchedule) {
   EXPECT_FALSE((*res)[2].ok);
   EXPECT_TRUE((*res)[2].round_us.empty());
   for (int i : {0, 1}) EXPECT_EQ((*res)[i].round_us.size(), size_t(FastMeasureOptions().interleave_rounds));
+  // One window for the rounds of every candidate: the same cpu_wait; none for an error.
+  const bool proc = ReadCpuCounters().ok;
+  EXPECT_EQ((*res)[0].cpu_wait, (*res)[1].cpu_wait);
+  if (proc) EXPECT_TRUE((*res)[0].cpu_wait >= 0 && (*res)[0].cpu_wait <= 1) << (*res)[0].cpu_wait;
+  EXPECT_EQ((*res)[2].cpu_wait, -1);
   auto def = DefaultSchedule(key, m.device());
   if (def.ok()) {
     auto d = m.Measure(key, std::vector<Schedule>{*def});
     ASSERT_TRUE(d.ok());
     EXPECT_TRUE((*d)[0].ok) << (*d)[0].error;
+    if (proc) EXPECT_TRUE((*d)[0].cpu_wait >= 0 && (*d)[0].cpu_wait <= 1) << (*d)[0].cpu_wait;
   }
+}
+
+// cpu_wait: the measuring thread's run-queue wait over its running and runnable time,
+// plus the steal over the window's CPU time; at most 1; -1 without both readings.
+TEST(MeasurerTest, CpuWaitIsTheThreadsQueuedShareAndTheStealShare) {
+  const auto at = [](double run_ms, double wait_ms, double steal_s) {
+    CpuCounters c;
+    c.run_ns = run_ms * 1e6;
+    c.wait_ns = wait_ms * 1e6;
+    c.steal_s = steal_s;
+    c.ok = true;
+    return c;
+  };
+  const CpuCounters t0 = at(1000, 50, 10);
+  EXPECT_DOUBLE_EQ(CpuWaitShare(t0, at(1100, 50, 10), 0.1, 2), 0);        // quiet
+  EXPECT_DOUBLE_EQ(CpuWaitShare(t0, at(1075, 75, 10), 0.1, 2), 0.25);     // waited 25 of 100 ms
+  EXPECT_NEAR(CpuWaitShare(t0, at(1100, 50, 10.05), 0.1, 2), 0.25, 1e-12);  // 50 ms stolen of 2 x 100 ms
+  EXPECT_NEAR(CpuWaitShare(t0, at(1075, 75, 10.05), 0.1, 2), 0.5, 1e-12);  // both
+  EXPECT_DOUBLE_EQ(CpuWaitShare(t0, at(1010, 140, 10.2), 0.1, 1), 1);     // capped
+  EXPECT_DOUBLE_EQ(CpuWaitShare(t0, t0, 0.1, 2), 0);                      // slept the whole window
+  CpuCounters unread = t0;
+  unread.ok = false;
+  EXPECT_EQ(CpuWaitShare(unread, t0, 0.1, 2), -1);
+  EXPECT_EQ(CpuWaitShare(t0, unread, 0.1, 2), -1);
+  EXPECT_EQ(CpuWaitShare(t0, t0, 0, 2), -1);
+  // This thread, on Linux: read from /proc, and a window that ran is in [0, 1].
+  const CpuCounters now = ReadCpuCounters();
+  if (!now.ok) GTEST_SKIP() << "/proc/thread-self/schedstat or /proc/stat is not readable here";
+  const CpuWaitMeter window;
+  volatile double x = 0;
+  for (int i = 0; i < 1000000; ++i) x = x + 1;
+  const double share = window.Share();
+  EXPECT_TRUE(share >= 0 && share <= 1) << share;
 }
 
 // Interleaved: per round each candidate in turn (the r-th first in round r) makes one
@@ -265,6 +305,8 @@ TEST(MeasurerTest, SpawnedWorkersMeasureAndCheckLikeForkedOnes) {
   ASSERT_TRUE(re.ok());
   EXPECT_TRUE((*re)[0].ok && (*re)[1].ok);
   EXPECT_EQ((*re)[0].round_us.size(), size_t(o.interleave_rounds));
+  if (ReadCpuCounters().ok)
+    for (const MeasureResult& r : {(*res)[0], (*re)[0]}) EXPECT_TRUE(r.cpu_wait >= 0 && r.cpu_wait <= 1) << r.cpu_wait;
 }
 
 // One spawned worker serves every batch and key (its start-up, a CUDA context and

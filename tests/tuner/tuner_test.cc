@@ -186,6 +186,7 @@ class FakeMeasurer final : public Measurer {
     if (batch_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(batch_sleep_ms));
     if (schedules.size() == 1 && schedules[0] == *DefaultSchedule(key, device_)) caps_at_default.push_back(cap_s);
     auto out = Times(key, schedules, 0);
+    for (auto& r : out) r.cpu_wait = trials_cpu_waited++ < trial_cpu_wait_count ? trial_cpu_wait : -1;
     for (size_t i = 0; i < out.size(); ++i)
       if (on_result) on_result(i, out[i]);
     return out;
@@ -195,6 +196,8 @@ class FakeMeasurer final : public Measurer {
     auto out = Times(key, schedules, remeasure_add);
     const Schedule def = *DefaultSchedule(key, device_);
     for (auto& r : out) {
+      r.cpu_wait = size_t(interleaved_calls) <= interleaved_cpu_wait.size() ? interleaved_cpu_wait[interleaved_calls - 1]
+                                                                            : -1;
       r.round_us.assign(6, r.median_us);
       if (!others_rounds_us.empty() && !(r.schedule == def)) r.round_us = others_rounds_us;
       std::vector<double> sorted = r.round_us;
@@ -213,6 +216,10 @@ class FakeMeasurer final : public Measurer {
   std::vector<double> others_rounds_us;
   int batch_sleep_ms = 0;            // wall time a Measure call takes (time-budget tests)
   int interleaved_calls = 0;
+  double trial_cpu_wait = -1;               // the cpu_wait of the first Measure results
+  int trial_cpu_wait_count = 1 << 30;        // that many of them (then -1)
+  int trials_cpu_waited = 0;
+  std::vector<double> interleaved_cpu_wait;  // of the i-th MeasureInterleaved call's results (then -1)
 
  private:
   std::vector<MeasureResult> Times(const OpKey& key, std::span<const Schedule> schedules, double add) const {
@@ -428,6 +435,96 @@ TEST(TunerTest, TheConfirmationShipsTheDefaultUnlessTheWinnerIsFasterBeyondNoise
       EXPECT_DOUBLE_EQ(e.tuned_us, others_median) << what;
       EXPECT_DOUBLE_EQ(e.tuned_spread_us, others_spread) << what;
     }
+    std::remove(log.c_str());
+  }
+}
+
+// A confirmation on a busy host (cpu_wait above max_cpu_wait) is measured again after
+// a pause; the winner ships only from a quiet try, and when every try is busy the
+// default ships and the note says so. Every try is in the log.
+TEST(TunerTest, AConfirmationOnABusyHostIsMeasuredAgainAndShipsTheDefaultWhenNeverQuiet) {
+  const OpKey key = OpKey::Gemm(48, 64, 32);
+  const Schedule def = *DefaultSchedule(key, HostCpuDevice());
+  struct Case {
+    std::vector<double> waits;  // each try's cpu_wait
+    double max_cpu_wait;
+    int tries;
+    bool default_ships;
+  };
+  const Case cases[] = {
+      {{0.02}, 0.10, 1, false},              // quiet
+      {{0.10}, 0.10, 1, false},              // at the bound: quiet
+      {{0.30, 0.04}, 0.10, 2, false},        // busy, then quiet: the quiet try decides
+      {{0.30, 0.25, 0.40}, 0.10, 3, true},   // busy in all three tries
+      {{0.30, 0.25, 0.40}, 1.0, 1, false},   // no check
+      {{0.30, 0.35}, 0.10, 2, true},         // cpu_wait_retries = 1 below
+  };
+  for (const Case& c : cases) {
+    const std::string what = fmt::format("waits {}, max {}", fmt::join(c.waits, ", "), c.max_cpu_wait);
+    const std::string log = TempPath("busy.jsonl");
+    TunerOptions o = Fast({key}, "random", 6, log);
+    o.tie_tolerance = 0;  // a lone leader: only the confirmation is interleaved
+    o.variant_leaders = 0;
+    o.max_cpu_wait = c.max_cpu_wait;
+    o.cpu_wait_pause_s = 0;
+    if (c.waits.size() == 2 && c.default_ships) o.cpu_wait_retries = 1;
+    FakeMeasurer fake(HostCpuDevice());
+    fake.others_rounds_us = {100, 100, 100, 100, 100, 100};  // 6.5% faster than the default in every round
+    fake.interleaved_cpu_wait = c.waits;
+    TuneResult res;
+    std::vector<double> logged;
+    for (const auto& r : TuneWithFakeTimes(o, fake, &res))
+      if (r.kind == RecordKind::kConfirm) logged.push_back(r.cpu_wait);
+    EXPECT_EQ(fake.interleaved_calls, c.tries) << what;
+    ASSERT_EQ(logged.size(), size_t(2 * c.tries)) << what;
+    for (int t = 0; t < c.tries; ++t) {
+      EXPECT_DOUBLE_EQ(logged[size_t(2 * t)], c.waits[size_t(t)]) << what;
+      EXPECT_DOUBLE_EQ(logged[size_t(2 * t + 1)], c.waits[size_t(t)]) << what;
+    }
+    ASSERT_EQ(res.summaries.size(), 1u);
+    const KeySummary& s = res.summaries[0];
+    EXPECT_EQ(s.default_shipped, c.default_ships) << what;
+    ASSERT_EQ(res.bundle.entries.size(), 1u);
+    EXPECT_EQ(res.bundle.entries[0].schedule == ToNamed(def), c.default_ships) << what;
+    if (c.default_ships) {
+      EXPECT_NE(s.note.find(fmt::format("the host was busy in all {} tries", c.tries)), std::string::npos) << s.note;
+      for (double w : c.waits) EXPECT_NE(s.note.find(fmt::format("{:.0f}%", 100 * w)), std::string::npos) << s.note;
+      EXPECT_NE(s.note.find("default shipped"), std::string::npos) << s.note;
+    } else {
+      EXPECT_EQ(s.note.find("busy"), std::string::npos) << s.note;
+    }
+    std::remove(log.c_str());
+  }
+}
+
+// Trials measured on a busy host are counted in the key's summary, and named in its
+// note when they are at least a quarter of them.
+TEST(TunerTest, TrialsOnABusyHostAreCountedInTheSummary) {
+  const OpKey key = OpKey::Gemm(48, 64, 32);
+  struct Case {
+    double wait;
+    int count;  // trial results (of 8) with that cpu_wait; the default's is the first
+    int busy;
+    bool noted;
+  };
+  for (const Case& c : {Case{-1.0, 9, 0, false}, Case{0.05, 9, 0, false}, Case{0.5, 9, 8, true},
+                        Case{0.5, 2, 1, false}, Case{0.5, 3, 2, true}}) {
+    const std::string what = fmt::format("cpu_wait {} on {} results", c.wait, c.count);
+    const std::string log = TempPath("busy_trials.jsonl");
+    TunerOptions o = Fast({key}, "random", 8, log);
+    FakeMeasurer fake(HostCpuDevice());
+    fake.trial_cpu_wait = c.wait;
+    fake.trial_cpu_wait_count = c.count;
+    TuneResult res;
+    int logged = 0;
+    for (const auto& r : TuneWithFakeTimes(o, fake, &res))
+      if (r.kind == RecordKind::kTrial) logged += r.cpu_wait == c.wait;
+    EXPECT_EQ(logged, std::min(8, c.count - 1)) << what;
+    ASSERT_EQ(res.summaries.size(), 1u);
+    const KeySummary& s = res.summaries[0];
+    EXPECT_EQ(s.busy, c.busy) << what;
+    EXPECT_EQ(s.note.find(fmt::format("{} of 8 trials on a busy host", c.busy)) != std::string::npos, c.noted)
+        << what << ": " << s.note;
     std::remove(log.c_str());
   }
 }

@@ -33,6 +33,7 @@ LogRecord Rec(int trial, bool ok = true) {
   r.ok = ok;
   r.median_us = ok ? 123.5 + trial : 0;
   if (ok) r.round_us = {125.0 + trial, 123.5 + trial, 122.25 + trial, 130.0 + trial};
+  if (ok) r.cpu_wait = 0.0125;
   r.error = ok ? "" : "wrong result: max rel error 3.0e-01 > tol 1.0e-05";
   r.timestamp = 1764489600.25 + trial;
   return r;
@@ -56,6 +57,7 @@ TEST(TuningLogTest, RoundTripKeepsEveryFieldAndParamOrder) {
     EXPECT_EQ(back->ok, r.ok);
     EXPECT_DOUBLE_EQ(back->median_us, r.median_us);
     EXPECT_EQ(back->round_us, r.round_us);
+    EXPECT_DOUBLE_EQ(back->cpu_wait, r.cpu_wait);
     EXPECT_EQ(back->error, r.error);
     EXPECT_DOUBLE_EQ(back->timestamp, r.timestamp);
   }
@@ -163,6 +165,21 @@ TEST(TuningLogTest, RecordRulesAreEnforced) {
   ASSERT_TRUE(with_rounds("[]").ok());
   const std::string failed = RecordToJson(Rec(0, false));
   EXPECT_FALSE(RecordFromJson(failed.substr(0, failed.size() - 1) + ",\"round_us\":[1]}").ok());
+  // cpu_wait: optional (absent: -1, not measured), in [0, 1], only beside median_us.
+  plain.cpu_wait = -1;
+  const std::string no_wait = RecordToJson(plain);
+  EXPECT_EQ(no_wait.find("cpu_wait"), std::string::npos) << no_wait;
+  EXPECT_DOUBLE_EQ(RecordFromJson(no_wait)->cpu_wait, -1);
+  const auto with_wait = [&](const std::string& w) {
+    return RecordFromJson(no_wait.substr(0, no_wait.size() - 1) + ",\"cpu_wait\":" + w + "}");
+  };
+  for (const char* good : {"0", "0.5", "1"}) EXPECT_TRUE(with_wait(good).ok()) << good;
+  for (const char* bad : {"-0.1", "1.5", "\"x\""}) {
+    auto r = with_wait(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("cpu_wait"), std::string::npos) << r.status().message();
+  }
+  EXPECT_FALSE(RecordFromJson(failed.substr(0, failed.size() - 1) + ",\"cpu_wait\":0.5}").ok());
 }
 
 TEST(WorkloadTest, PlainLinesJsonAndErrorsNameTheLine) {

@@ -127,6 +127,12 @@ void AddTuneCommand(CLI::App& app) {
   cmd->add_option("--confirm-min-gain", o->t.confirm_min_gain,
                   "Confirmation: the least relative gain over the default that ships the winner")
       ->capture_default_str();
+  cmd->add_option("--max-cpu-wait", o->t.max_cpu_wait,
+                  "A confirmation or bucket check whose measurement lost more than this share of its time to other "
+                  "work on the host (run-queue wait and steal) is measured again after a pause, up to twice; if "
+                  "every try was busy the default ships (1: no check)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   cmd->add_flag("--constant-weights", o->constant_weights,
                 "Tune the --shape and --workload keys for constant-weight plans (weights=constant: B packed once, "
                 "outside the timed calls, as PlanGemm with weights and `run --packed` serve them)");

@@ -19,6 +19,7 @@
 
 #include "cliffguard/detail/json_reader.h"
 #include "cliffguard/detail/logging.h"
+#include "cpu_wait.h"
 #include "harness.h"
 #include "sandbox.h"
 #include "stats.h"
@@ -56,13 +57,15 @@ struct Calls {
   }
 };
 
-// "R i 1 median spread n m_1 .. m_n" or "R i 0 0 0 error". Separate measurements
+// "R i 1 median spread cpu_wait n m_1 .. m_n" or "R i 0 0 0 error" (cpu_wait: the
+// CpuWaitMeter share of the timed calls' window, -1 unknown). Separate measurements
 // (four consecutive parts of the run): m_g are the parts' medians and the median is
 // over every timed call. Interleaved rounds: m_g are the rounds' mean call times
 // (what a run of calls costs, a kernel's own slow calls included, as serving pays
 // them and bench_serving times them) and the median is over the rounds. The spread
 // is half the range of the m_g: how far the result moves within one measurement.
-std::string ResultLine(size_t i, const std::vector<Calls>& groups, const std::string& error, bool round_means) {
+std::string ResultLine(size_t i, const std::vector<Calls>& groups, const std::string& error, bool round_means,
+                       double cpu_wait) {
   std::vector<double> all, per_group;
   for (const auto& g : groups) {
     all.insert(all.end(), g.us.begin(), g.us.end());
@@ -71,8 +74,9 @@ std::string ResultLine(size_t i, const std::vector<Calls>& groups, const std::st
   if (!error.empty() || all.empty())
     return fmt::format("R {} 0 0 0 {}\n", i, OneLine(error.empty() ? "no timed call" : error));
   const auto [lo, hi] = std::minmax_element(per_group.begin(), per_group.end());
-  return fmt::format("R {} 1 {:.17g} {:.17g} {} {:.17g}\n", i, round_means ? Median(per_group) : Median(std::move(all)),
-                     0.5 * (*hi - *lo), per_group.size(), fmt::join(per_group, " "));
+  return fmt::format("R {} 1 {:.17g} {:.17g} {:.6g} {} {:.17g}\n", i,
+                     round_means ? Median(per_group) : Median(std::move(all)), 0.5 * (*hi - *lo), cpu_wait,
+                     per_group.size(), fmt::join(per_group, " "));
 }
 
 // Four consecutive parts of one run's calls (one part when there are fewer calls).
@@ -108,8 +112,9 @@ void WorkerLoop(int fd, OpHarness& h, const MeasureOptions& opt, std::span<const
       std::string err = h.Check(s);
       if (err.empty()) err = warmup(s);
       Calls times;
+      const CpuWaitMeter window;
       if (err.empty()) err = Time(h, s, opt, opt.min_time_ms, std::max(1, opt.min_repeats), times);
-      if (!WriteAll(fd, ResultLine(i, Parts(times), err, false))) fail();
+      if (!WriteAll(fd, ResultLine(i, Parts(times), err, false, window.Share()))) fail();
     }
     return;
   }
@@ -128,6 +133,7 @@ void WorkerLoop(int fd, OpHarness& h, const MeasureOptions& opt, std::span<const
     if (errs[t].empty()) errs[t] = warmup(schedules[pending[t]]);
   const int rounds = std::max(1, opt.interleave_rounds);
   const int per_round_calls = std::max(1, (std::max(1, opt.min_repeats) + rounds - 1) / rounds);
+  const CpuWaitMeter window;  // one window: the rounds of every candidate
   for (int r = 0; r < rounds; ++r) {
     for (auto& t : times) t.emplace_back();
     for (size_t i = 0; i < pending.size(); ++i) {  // each candidate's run, from the r-th on
@@ -139,8 +145,9 @@ void WorkerLoop(int fd, OpHarness& h, const MeasureOptions& opt, std::span<const
         errs[t] = Time(h, s, opt, opt.min_time_ms / 2, per_round_calls, times[t].back());
     }
   }
+  const double cpu_wait = window.Share();
   for (size_t t = 0; t < pending.size(); ++t)
-    if (!WriteAll(fd, ResultLine(pending[t], times[t], errs[t], true))) fail();
+    if (!WriteAll(fd, ResultLine(pending[t], times[t], errs[t], true, cpu_wait))) fail();
   (void)h.Rotate({});  // ending a rotation cannot fail
 }
 
@@ -200,7 +207,7 @@ StatusOr<std::vector<MeasureResult>> SandboxMeasurer::Run(const OpKey& key, std:
   CG_RETURN_IF_ERROR(key.Validate());
   std::vector<MeasureResult> results(schedules.size());
   std::vector<bool> done(schedules.size(), false);
-  auto finish = [&](size_t i, bool ok, double us, std::string error, double spread = 0,
+  auto finish = [&](size_t i, bool ok, double us, std::string error, double spread = 0, double cpu_wait = -1,
                     std::vector<double> rounds = {}) {
     MeasureResult& r = results[i];
     r.key = key;
@@ -208,6 +215,7 @@ StatusOr<std::vector<MeasureResult>> SandboxMeasurer::Run(const OpKey& key, std:
     r.ok = ok;
     r.median_us = ok ? us : 0;
     r.spread_us = ok ? spread : 0;
+    r.cpu_wait = ok ? cpu_wait : -1;
     r.round_us = ok ? std::move(rounds) : std::vector<double>{};
     r.error = ok ? "" : std::move(error);
     done[i] = true;
@@ -246,13 +254,15 @@ StatusOr<std::vector<MeasureResult>> SandboxMeasurer::Run(const OpKey& key, std:
         const bool ok = std::strtol(end, &end, 10) == 1;
         const double us = std::strtod(end, &end);
         const double spread = std::strtod(end, &end);
+        double cpu_wait = -1;
         std::vector<double> rounds;
         if (ok) {
+          cpu_wait = std::strtod(end, &end);
           const long n = std::strtol(end, &end, 10);
           for (long g = 0; g < n && g < 100000; ++g) rounds.push_back(std::strtod(end, &end));
         }
         std::string err = *end == ' ' ? std::string(end + 1) : std::string(end);
-        if (i < schedules.size() && !done[i]) finish(i, ok, us, std::move(err), spread, std::move(rounds));
+        if (i < schedules.size() && !done[i]) finish(i, ok, us, std::move(err), spread, cpu_wait, std::move(rounds));
         in_flight = -1;
         return batch_s;
       }

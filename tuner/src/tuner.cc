@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -135,6 +136,12 @@ Status ValidateOptions(const TunerOptions& o) {
     return InvalidArgument(fmt::format("tune: strategy '{}' is not one of: {}", o.strategy, fmt::join(names, ", ")));
   if (o.objective != "rank" && o.objective != "reg")
     return InvalidArgument(fmt::format("tune: objective '{}' is not one of: rank, reg", o.objective));
+  if (!(o.max_cpu_wait >= 0 && o.max_cpu_wait <= 1))
+    return InvalidArgument(fmt::format("tune: max cpu wait {} must be in [0, 1] (1: no check)", o.max_cpu_wait));
+  if (o.cpu_wait_retries < 0 || o.cpu_wait_retries > 10)
+    return InvalidArgument(fmt::format("tune: cpu wait retries {} must be in [0, 10]", o.cpu_wait_retries));
+  if (!(o.cpu_wait_pause_s >= 0 && o.cpu_wait_pause_s <= 600))
+    return InvalidArgument(fmt::format("tune: cpu wait pause {} s must be in [0, 600]", o.cpu_wait_pause_s));
   if (!(o.confirm_min_gain >= 0 && o.confirm_min_gain <= 0.5))
     return InvalidArgument(fmt::format("tune: confirm min gain {} must be in [0, 0.5]", o.confirm_min_gain));
   if (o.tie_tolerance < 0 || o.tie_tolerance > 0.5)
@@ -275,6 +282,7 @@ class TuneRun {
     rec.ok = r.ok;
     rec.median_us = r.median_us;
     rec.round_us = r.round_us;  // written beside median_us only
+    rec.cpu_wait = r.cpu_wait;
     rec.error = r.error;
     rec.timestamp = UnixNow();
     ++result_.measurements;
@@ -345,7 +353,16 @@ class TuneRun {
     CG_RETURN_IF_ERROR(MeasureDefault(ki, ks, sum));
     CG_RETURN_IF_ERROR(Search(ki, ks, sum));
     sum.trials = static_cast<int>(ks.trials.size());
-    for (const auto& r : ks.trials) sum.errors += !r.ok;
+    for (const auto& r : ks.trials) {
+      sum.errors += !r.ok;
+      sum.busy += r.ok && r.cpu_wait > o_.max_cpu_wait;
+    }
+    if (sum.busy > 0 && 4 * sum.busy >= sum.trials) {  // one trial's spike is no busy host
+      const std::string busy = fmt::format("{} of {} trials on a busy host (above --max-cpu-wait {:.0f}%)", sum.busy,
+                                           sum.trials, 100 * o_.max_cpu_wait);
+      logging::Warn("tune: {}: {}: their times may be biased between schedules", key.ToString(), busy);
+      sum.note += (sum.note.empty() ? "" : "; ") + busy;
+    }
     KeyOutcome out;
     CG_RETURN_IF_ERROR(PickWinner(ki, ks, sum, out));
     CG_RETURN_IF_ERROR(Confirm(ki, ks, sum, out));
@@ -560,6 +577,47 @@ class TuneRun {
     return Status::Ok();
   }
 
+  // Two schedules measured together for a verdict (confirm, bucket): measured again
+  // while the host was busy (TunerOptions::max_cpu_wait), after a pause that doubles,
+  // up to cpu_wait_retries more times. Every try's records are logged as `kind` and
+  // noted in `ks`; the last try's results are returned.
+  struct PairMeasurement {
+    std::vector<MeasureResult> results;
+    std::vector<double> busy_waits;  // the cpu_wait of each busy try
+    bool busy = false;               // every try was busy (the last one was)
+    std::string BusyText(const TunerOptions& o) const {
+      std::vector<std::string> shares;
+      for (double w : busy_waits) shares.push_back(fmt::format("{:.0f}%", 100 * w));
+      return fmt::format("the host was busy in all {} tries ({} of the window lost to other work, above "
+                         "--max-cpu-wait {:.0f}%)",
+                         busy_waits.size(), fmt::join(shares, ", "), 100 * o.max_cpu_wait);
+    }
+  };
+  StatusOr<PairMeasurement> MeasureForVerdict(const OpKey& key, const std::vector<Schedule>& pair, RecordKind kind,
+                                              KeyState& ks, const char* what) {
+    PairMeasurement pm;
+    double pause_s = o_.cpu_wait_pause_s;
+    for (int tries = 1;; ++tries) {
+      CG_ASSIGN_OR_RETURN(pm.results, measurer_->MeasureInterleaved(key, pair));
+      double wait = -1;
+      for (const auto& r : pm.results) {
+        CG_RETURN_IF_ERROR(Log(kind, r, -1));
+        ks.extra.push_back(r);
+        ks.Note(r);
+        if (r.ok) wait = std::max(wait, r.cpu_wait);
+      }
+      pm.busy = wait > o_.max_cpu_wait;
+      if (!pm.busy) return pm;
+      pm.busy_waits.push_back(wait);
+      if (tries > o_.cpu_wait_retries) return pm;
+      logging::Warn("tune: {}: {} on a busy host ({:.0f}% of the window lost to other work, above --max-cpu-wait "
+                    "{:.0f}%): measuring again in {:.3g} s",
+                    key.ToString(), what, 100 * wait, 100 * o_.max_cpu_wait, pause_s);
+      std::this_thread::sleep_for(std::chrono::duration<double>(pause_s));
+      pause_s *= 2;
+    }
+  }
+
   // Step 4: the winner against the default, measured together as serving runs them;
   // the default ships unless the winner is faster beyond the noise.
   Status Confirm(size_t ki, KeyState& ks, KeySummary& sum, KeyOutcome& out) {
@@ -567,13 +625,9 @@ class TuneRun {
     const OpKey& key = ks.key;
     const Schedule def = ks.def->schedule;
     Report(ki, key, sum.trials, out.tuned_us, "confirm");
-    const std::vector<Schedule> pair = {out.best, def};
-    CG_ASSIGN_OR_RETURN(auto re, measurer_->MeasureInterleaved(key, pair));
-    for (const auto& r : re) {
-      CG_RETURN_IF_ERROR(Log(RecordKind::kConfirm, r, -1));
-      ks.extra.push_back(r);
-      ks.Note(r);
-    }
+    CG_ASSIGN_OR_RETURN(const PairMeasurement pm,
+                        MeasureForVerdict(key, {out.best, def}, RecordKind::kConfirm, ks, "confirmation"));
+    const std::vector<MeasureResult>& re = pm.results;
     auto add_note = [&](const std::string& n) { sum.note += (sum.note.empty() ? "" : "; ") + n; };
     if (re.size() != 2 || !re[1].ok) {
       add_note(fmt::format("not confirmed: the default failed ({})", re.size() == 2 ? re[1].error : "no result"));
@@ -584,14 +638,18 @@ class TuneRun {
     out.default_us = sum.default_us = d.median_us;
     out.default_spread_us = d.spread_us;
     const PairedComparison pc = ComparePaired(w, d);
-    if (w.ok && pc.Beyond(o_.confirm_min_gain)) {
+    if (w.ok && !pm.busy && pc.Beyond(o_.confirm_min_gain)) {
       out.tuned_us = w.median_us;
       out.tuned_spread_us = w.spread_us;
     } else {
-      add_note(w.ok ? fmt::format("confirm: {} us against the default's {} us is not faster beyond the noise ({}): "
-                                  "default shipped",
-                                  Us(w.median_us), Us(d.median_us), Describe(pc))
-                    : fmt::format("confirm: the winner failed ({}): default shipped", w.error));
+      if (!w.ok)
+        add_note(fmt::format("confirm: the winner failed ({}): default shipped", w.error));
+      else if (pm.busy)
+        add_note(fmt::format("confirm: {}: the winner is not confirmed, default shipped", pm.BusyText(o_)));
+      else
+        add_note(fmt::format("confirm: {} us against the default's {} us is not faster beyond the noise ({}): "
+                             "default shipped",
+                             Us(w.median_us), Us(d.median_us), Describe(pc)));
       out.best = def;
       out.tuned_us = d.median_us;
       out.tuned_spread_us = d.spread_us;
@@ -632,19 +690,16 @@ class TuneRun {
         checked.push_back(fmt::format("{}: the default itself", at));
         continue;
       }
-      const std::vector<Schedule> pair = {out.best, *def};
-      CG_ASSIGN_OR_RETURN(auto re, measurer_->MeasureInterleaved(end, pair));
       KeyState& es = state_[end.ToString()];
       es.key = end;
-      for (const auto& r : re) {
-        CG_RETURN_IF_ERROR(Log(RecordKind::kBucket, r, -1));
-        es.extra.push_back(r);
-        es.Note(r);
-      }
+      CG_ASSIGN_OR_RETURN(const PairMeasurement pm,
+                          MeasureForVerdict(end, {out.best, *def}, RecordKind::kBucket, es, "bucket check"));
+      const std::vector<MeasureResult>& re = pm.results;
       if (re.size() != 2) return refuse(fmt::format("no result at {}", at));
       const MeasureResult &w = re[0], &d = re[1];
       if (!w.ok) return refuse(fmt::format("the entry's schedule fails at {}: {}", at, w.error));
       if (!d.ok) return refuse(fmt::format("the default fails at {} ({}): nothing verified to compare with", at, d.error));
+      if (pm.busy) return refuse(fmt::format("at {}: {}", at, pm.BusyText(o_)));
       if (const PairedComparison pc = ComparePaired(d, w); pc.Beyond(o_.confirm_min_gain))
         return refuse(fmt::format("at {} the entry's schedule takes {} us, the default {} us: slower beyond the noise "
                                   "(the default {})",

@@ -62,6 +62,7 @@ std::string RecordToJson(const LogRecord& r) {
   if (r.ok) {
     j["median_us"] = r.median_us;
     if (!r.round_us.empty()) j["round_us"] = r.round_us;
+    if (r.cpu_wait >= 0) j["cpu_wait"] = r.cpu_wait;
   } else {
     j["error"] = r.error.empty() ? "unknown error" : r.error;
   }
@@ -99,6 +100,12 @@ StatusOr<LogRecord> RecordFromJson(std::string_view line) {
   if (has_error) r.error = rd.String(j, "error");
   if (has_error && j.contains("round_us")) rd.Fail("'round_us' belongs to a record with 'median_us'");
   if (has_time) r.round_us = rd.Numbers(j, "round_us", /*required=*/false, /*positive=*/true);
+  if (has_error && j.contains("cpu_wait")) rd.Fail("'cpu_wait' belongs to a record with 'median_us'");
+  if (has_time && j.contains("cpu_wait")) {
+    r.cpu_wait = rd.Number(j, "cpu_wait");
+    if (rd.status().ok() && !(r.cpu_wait >= 0 && r.cpu_wait <= 1))
+      rd.Fail(fmt::format("record.cpu_wait must be in [0, 1], got {}", r.cpu_wait));
+  }
   r.timestamp = rd.Number(j, "ts");
   CG_RETURN_IF_ERROR(rd.status());
   return r;
@@ -189,6 +196,7 @@ StatusOr<MeasureResult> ToMeasureResult(const LogRecord& r, std::span<const Kern
   m.ok = r.ok;
   m.median_us = r.median_us;
   m.round_us = r.round_us;
+  m.cpu_wait = r.cpu_wait;
   m.error = r.error;
   return m;
 }

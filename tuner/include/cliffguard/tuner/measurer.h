@@ -49,6 +49,12 @@
 // bench_serving's cold plans on BERT-base nt 128x768x3072, where oneDNN measured
 // 5.1-5.2 ms both ways).
 //
+// Busy host: every timed result carries cpu_wait (MeasureResult), the share of its
+// timed window the worker lost to other work on the host (its measuring thread's
+// run-queue wait, plus the hypervisor's steal; tuner/src/cpu_wait.h): per candidate
+// for Measure, one window over all rounds for MeasureInterleaved. The tuner measures
+// a verdict again when it is high (TunerOptions::max_cpu_wait).
+//
 // Threads: the kernel runs with the thread count of its schedule; the measurer adds
 // no threading of its own.
 //

@@ -28,7 +28,9 @@
 //      (ComparePaired): faster in at least three quarters of the rounds, and by more
 //      than confirm_min_gain in the median round. Else the default ships as the key's
 //      entry (a hit that runs the default). The entry records both times and spreads
-//      of this measurement.
+//      of this measurement. A measurement on a busy host (cpu_wait above
+//      max_cpu_wait) is taken again after a pause; when every try is busy the
+//      default ships.
 //   5. bucket check (keys of TunerOptions::buckets only): at each end e of the range
 //      other than the key's own varying dimension, the end key
 //      WithVaryingDim(key, e) measures what ships (step 4's choice) against
@@ -38,7 +40,8 @@
 //      not faster than it beyond the noise (ComparePaired, as in step 4). An end
 //      whose default is the shipped
 //      schedule passes unmeasured. An end whose default fails refuses the bucket
-//      (nothing verified to compare with). A refused bucket leaves the entry exact;
+//      (nothing verified to compare with), and so does an end measured on a busy
+//      host in every try (as in step 4). A refused bucket leaves the entry exact;
 //      the note names the end and both times.
 // Then, per op and shape class, the bundle default (docs/tuning.md): candidates are
 // the top default_candidates schedules of every tuned key of the class; each
@@ -97,7 +100,8 @@ struct KeySummary {
   int resumed = 0;        // trial records taken from the log
   bool remeasured = false;  // the near-tie rule re-measured candidates
   bool confirmed = false;   // the confirmation measured the winner against the default
-  bool default_shipped = false;  // the confirmation found the winner no faster: the default ships
+  bool default_shipped = false;  // the confirmation found the winner no faster (or the host busy): the default ships
+  int busy = 0;           // trial records whose cpu_wait exceeds max_cpu_wait (measured on a busy host)
   int64_t bucket_lo = 0, bucket_hi = 0;  // the bucket shipped with the entry (0, 0: none)
   std::string note;       // why a key has no best, why its bucket was refused, etc.
 };
@@ -159,6 +163,22 @@ struct TunerOptions {
   // "AMD EPYC (Zen 4): the serving table rerun").
   bool confirm = true;
   double confirm_min_gain = 0.03;
+  // A busy host: a confirmation (step 4) or a bucket check (step 5) whose measurement
+  // lost more than max_cpu_wait of its window to other work (MeasureResult::cpu_wait,
+  // either schedule) is measured again, up to cpu_wait_retries more times, the first
+  // after cpu_wait_pause_s and each later one after twice the pause before it. When
+  // every try was busy the winner is not confirmed: the default ships (a bucket is
+  // refused). Interleaving does not cancel a busy host's bias: with another process
+  // on one of two cores, a 2-thread oneDNN call took 1.5-2x its quiet time and the
+  // own tiles 1.2-1.45x, so a verdict taken then need not hold in serving. On that
+  // host (bench/RESULTS.md, "Measurements on a busy host") quiet confirmations lost
+  // 0-4.8% of their window, quiet trials mostly under 10% (5 of 2112 above, up to
+  // 19%), and 2-thread measurements beside one busy process 20-40%. Trials above it
+  // are counted (KeySummary::busy), and named in the note with a warning when they
+  // are at least a quarter of the key's. 1: no check.
+  double max_cpu_wait = 0.10;
+  int cpu_wait_retries = 2;
+  double cpu_wait_pause_s = 2;
   bool bundle_default = true;        // compute the per-op bundle default
   int default_candidates = 3;        // top schedules per key considered for it
   // Kernel variants to search (non-owning, must outlive the call); empty: every

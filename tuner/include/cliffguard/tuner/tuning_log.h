@@ -60,6 +60,7 @@ struct LogRecord {
   // (interleaved kinds: each round's mean call time; trial, default: the median of
   // each quarter of the calls), so that a verdict's evidence stays in the log.
   std::vector<double> round_us;
+  double cpu_wait = -1;      // ok only: MeasureResult::cpu_wait; -1 (not written) when not measured
   std::string error;         // !ok only
   double timestamp = 0;      // unix seconds
 };
