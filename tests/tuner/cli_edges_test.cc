@@ -89,6 +89,8 @@ TEST_F(CliEdgesTest, ParseErrorsExitTwoWithTheCommandsPrefix) {
       {"run --shape 4,4,4 --op conv9", "run", {"--op", "conv9"}},
       {"pack spec.json", "pack", {"--out", "required"}},
       {"inspect", "inspect", {"BUNDLE", "required"}},
+      {"tune --shape 4,4,4 --log x.jsonl --max-cpu-wait 1.5", "tune", {"--max-cpu-wait", "1.5"}},
+      {"tune --shape 4,4,4 --log x.jsonl --max-cpu-wait -0.1", "tune", {"--max-cpu-wait", "-0.1"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE("cliffguard " + c.args);
