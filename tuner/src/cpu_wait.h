@@ -5,10 +5,12 @@
 //   - the calling thread's run-queue wait (/proc/thread-self/schedstat, second
 //     field: time runnable but not running, because another task held its CPU), as
 //     a share of the time it was running or runnable. The calling thread is tid 0
-//     of every kernel call (the own pool's and OpenMP's), so it waits whenever
-//     another task shares a CPU with the call's threads for long. The workers' wait
-//     does not count: idle pool and library workers poll with sched_yield, so they
-//     are runnable while idle;
+//     of every kernel call (the own pool's and OpenMP's). Another busy task is
+//     moved between the CPUs by the scheduler's balancing, so over a window of
+//     calls it holds the calling thread's CPU about as often as a worker's (beside
+//     one busy process on 2 cores, 2-thread measurements lost 20-40%, 1-thread ones,
+//     with a core free, 0-3%). The workers' wait does not count: idle pool and
+//     library workers poll with sched_yield, so they are runnable while idle;
 //   - the hypervisor's steal (/proc/stat, all CPUs), as a share of the window's CPU
 //     time (wall x online CPUs).
 // cpu_wait is their sum, at most 1.
