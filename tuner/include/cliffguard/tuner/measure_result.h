@@ -27,8 +27,8 @@ struct MeasureResult {
   // tuner.h), or the median of each quarter of the calls (Measure).
   std::vector<double> round_us;
   // ok only: the share of the timed window its worker process lost to others, in
-  // [0, 1]: its threads' run-queue wait over their running and runnable time, plus
-  // the hypervisor's steal over the window's CPU time (tuner/src/cpu_wait.h). A
+  // [0, 1]: its measuring thread's run-queue wait over its running and runnable
+  // time, plus the hypervisor's steal over the window's CPU time (tuner/src/cpu_wait.h). A
   // measurement at a high share ran on a busy host, and its times can be biased
   // between schedules. -1: not measured (no /proc, or a fake).
   double cpu_wait = -1;
