@@ -46,7 +46,7 @@
 // BM_read_bandwidth for decode sizes, m <= 16 (counter read_bandwidth_GBps), and the FMAs of
 // BM_fma_peak for m, n, k >= 1000 (fma_peak_GFLOPS). Its verdict compares the
 // per-round ratio of tuned to default: slower beyond the noise when its median
-// exceeds 1 + max(2%, its half interquartile range). Rounds that lost more than
+// exceeds 1 + max(2%, its half interquartile range) (JudgePaired, paired_verdict.h). Rounds that lost more than
 // --max_cpu_wait (default 0.10) of their time to other work on the host (counters
 // cpu_wait, the median round's share, and busy_rounds; the tuner's measure,
 // tuner/src/cpu_wait.h) are left out of it; a shape with fewer than half its rounds
@@ -81,6 +81,7 @@
 
 #include "bench_util.h"
 #include "cpu_wait.h"
+#include "paired_verdict.h"
 #include "cliffguard/device.h"
 #include "cliffguard/kernel.h"
 #include "cliffguard/log.h"
@@ -641,9 +642,9 @@ void TimePaired(benchmark::State& st, const Shape& s, const OpKey& key, const De
       round_wait.push_back(window.Share());
     }
   }
-  const auto quiet = [](double w) { return !(w > g_max_cpu_wait); };
   st.counters["cpu_wait"] = Quantile(round_wait, 0.5);
-  st.counters["busy_rounds"] = double(std::count_if(round_wait.begin(), round_wait.end(), std::not_fn(quiet)));
+  st.counters["busy_rounds"] =
+      double(std::count_if(round_wait.begin(), round_wait.end(), [](double w) { return w > g_max_cpu_wait; }));
   for (size_t j = shape_rows; j < rows.size(); ++j) {
     const BoundRow& b = bounds[j - shape_rows];
     st.counters[b.counter] = b.work * 1e-9 / Quantile(secs[j], 0.5);
@@ -658,10 +659,7 @@ void TimePaired(benchmark::State& st, const Shape& s, const OpKey& key, const De
     label += fmt::format("{}{}={}", label.empty() ? "" : "; ", rows[j].first, rows[j].second.label);
   }
   st.SetLabel(label);
-  // The verdict of a tuned row against its default: the median and half interquartile
-  // range of their per-round ratio over the quiet rounds; slower beyond the noise when
-  // the median exceeds 1 + max(2%, that spread). Not judged with fewer than half the
-  // rounds (and 3) quiet.
+  // The verdict of a tuned row against its default (JudgePaired, paired_verdict.h).
   auto ran = [](const Contender& c) { return c.label.starts_with("miss: ") ? c.label.substr(6) : c.label; };
   for (const auto& [tuned, def] : {std::pair<std::string, std::string>{"tuned_packed", "default_packed"}, {"tuned", "default"}}) {
     auto find = [&](const std::string& n) {
@@ -675,21 +673,18 @@ void TimePaired(benchmark::State& st, const Shape& s, const OpKey& key, const De
       ++g_paired_same;
       continue;
     }
-    std::vector<double> ratio;
-    for (size_t r = 0; r < secs[size_t(t)].size(); ++r)
-      if (quiet(round_wait[r])) ratio.push_back(secs[size_t(t)][r] / secs[size_t(d)][r]);
-    if (ratio.size() < std::max<size_t>(3, (round_wait.size() + 1) / 2)) {
+    const bench::PairedVerdict v = bench::JudgePaired(secs[size_t(t)], secs[size_t(d)], round_wait, g_max_cpu_wait);
+    if (!v.judged) {
       g_paired_busy.push_back(fmt::format("NOT JUDGED (busy host): {} {}: {} of {} rounds lost more than {:.0f}% of "
                                           "their time to other work",
-                                          name, tuned, round_wait.size() - ratio.size(), round_wait.size(),
+                                          name, tuned, round_wait.size() - v.quiet_rounds, round_wait.size(),
                                           100 * g_max_cpu_wait));
       continue;
     }
-    const double med = Quantile(ratio, 0.5), spread = 0.5 * (Quantile(ratio, 0.75) - Quantile(ratio, 0.25));
     ++g_paired_compared;
-    if (med - 1 > std::max(0.02, spread))
+    if (v.slower)
       g_paired_slower.push_back(fmt::format("SLOWER THAN DEFAULT: {} {}: {:.3f}x its time (+-{:.3f}), {} rounds",
-                                            name, tuned, med, spread, ratio.size()));
+                                            name, tuned, v.median, v.spread, v.quiet_rounds));
   }
 }
 
