@@ -338,20 +338,22 @@ bool SmallSgemmRuleHolds(const OpKey& key, const DeviceInfo& d) {
          VariantDefaultSchedule(*v, key, d).params[v->ParamIndex("threads")] >= cpu::ThreadsForWork(key, d);
 }
 
-// Small `nt` keys on an Intel AVX-512 host with n of at most 128 and 1 MFLOP of work or
-// more, where oneDNN's fitted threads are at least the own rule's: oneDNN's matmul
-// (OnednnSmallNtMatmulFits), written out here from its rule.
+// Small `nt` keys on an Intel AVX-512 host with n of at most 128 and k of 48 or more or
+// m of 64 or more, where oneDNN's fitted threads are at least the own rule's: oneDNN's
+// matmul (OnednnSmallNtMatmulFits), written out here from its rule.
 bool SmallNtMatmulRuleHolds(const OpKey& key, const DeviceInfo& d) {
   const KernelVariant* v = FindKernelVariant("cpu_f32_gemm_onednn");
   return v && !key.constant_weights && !key.trans_a && key.trans_b && d.vendor == "GenuineIntel" &&
          (d.isa & kIsaAvx512) && (d.threads == 1 || testing::OmpWaitsPassively()) &&
-         ShapeClassOf(key) == ShapeClass::kSmall && key.n() <= 128 && 2.0 * key.m() * key.n() * key.k() >= 1e6 &&
+         ShapeClassOf(key) == ShapeClass::kSmall && key.n() <= 128 &&
+         (key.k() >= 48 || key.m() >= 64) &&
          VariantDefaultSchedule(*v, key, d).params[v->ParamIndex("threads")] >= cpu::ThreadsForWork(key, d);
 }
 
 // After the project's own variants, before the portable reference; the built-in
 // default of skinny and small keys is a library variant only where a measured rule
-// says so (for these keys: SmallSgemmRuleHolds).
+// says so (for these keys: SmallSgemmRuleHolds, TinyOpenblasRuleHolds and
+// SmallNtMatmulRuleHolds).
 TEST(CpuGemmTable, LibraryVariantsSitBeforeTheReference) {
   const auto all = cpu::CpuKernelVariants();
   std::vector<size_t> library;
@@ -368,7 +370,9 @@ TEST(CpuGemmTable, LibraryVariantsSitBeforeTheReference) {
       key.constant_weights = (t >> 2) != 0;
       auto s = DefaultSchedule(key, Host());
       ASSERT_TRUE(s.ok());
-      if (SmallSgemmRuleHolds(key, Host()) || TinyOpenblasRuleHolds(key, Host())) continue;
+      if (SmallSgemmRuleHolds(key, Host()) || TinyOpenblasRuleHolds(key, Host()) ||
+          SmallNtMatmulRuleHolds(key, Host()))
+        continue;
       for (size_t i : library) EXPECT_STRNE(s->variant->name, all[i].name) << s->ToString();
     }
 }
@@ -723,13 +727,14 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
 // TinyOpenblasRuleHolds, dnnl_sgemm on oneDNN's fitted threads where
 // SmallSgemmRuleHolds, oneDNN's matmul where SmallNtMatmulRuleHolds, else an own
 // kernel. Checked on the rule devices (and, under ctest's passive rerun, with oneDNN's
-// threads usable) on keys either side of 1 MFLOP and of the thread condition
-// (128 x 128 x 128: 4.2 MFLOP, two own threads on a budget of two).
+// threads usable) on keys either side of 1 MFLOP, of the thread condition (128 x 128
+// x 128: 4.2 MFLOP, two own threads on a budget of two) and of the matmul's k and m.
 TEST(CpuGemmTable, TheBuiltInDefaultOfSmallKeysFollowsTheMeasuredRule) {
   const bool onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr;
   if (!onednn) GTEST_SKIP() << "this build has no oneDNN variant";
   const std::array<int64_t, 3> shapes[] = {{49, 64, 64},   {196, 60, 128}, {30, 100, 90},   {17, 17, 17},
-                                           {128, 128, 128}, {120, 48, 200}, {61, 64, 128}, {62, 64, 128}};  // 0.999, 1.016 MFLOP
+                                           {128, 128, 128}, {120, 48, 200}, {61, 64, 128}, {62, 64, 128},  // 0.999, 1.016 MFLOP
+                                           {40, 64, 47},    {40, 64, 48},   {63, 64, 32},  {64, 64, 32}};  // k and m bounds
   int sgemm = 0, matmul = 0;
   ForEveryRuleKey(shapes, ShapeClass::kSmall, [&](const OpKey& key, const DeviceInfo& d, const Schedule& s) {
     if (TinyOpenblasRuleHolds(key, d)) {

@@ -233,19 +233,29 @@ bool OnednnSkinnyNtSgemmFits(const OpKey& key, const DeviceInfo& device);
 // kernels (OpenblasTinyFits).
 bool OnednnSmallSgemmFits(const OpKey& key, const DeviceInfo& device);
 // Per-call `nt` keys of the small class on an Intel AVX-512 host with n of at most
-// kOnednnSmallNtMatmulMaxN and kOnednnSmallNtMatmulMinFlops of work or more, where
+// kOnednnSmallNtMatmulMaxN and k of kOnednnSmallNtMatmulMinK or more or m of
+// kOnednnSmallNtMatmulMinM or more (every key of 1 MFLOP or more with such n), where
 // oneDNN's fitted threads (one, at this size) are at least the own rule's: oneDNN's
 // matmul on B as stored, in place of the own packed tile, which packs B per call.
 // Measured on the Intel host, paired, per call, both budgets (bench/RESULTS.md, "Intel
-// Xeon ...: small `nt` keys with few columns call the matmul"): on 8 such shapes of a
+// Xeon ...: small `nt` keys with few columns call the matmul"), with 1 MFLOP of work or
+// more (the rule then): on 8 such shapes of a
 // drawn set (16 rows) the matmul took 0.77-1.04x the own tile's time, and on 16 shapes drawn
 // there before the rule 0.864x in geometric mean on each budget (0.64-1.08x); with n
 // of 153 to 735 it was level or behind (0.96-1.38x), below 1 MFLOP mixed (0.79-1.08x;
 // OpenBLAS ahead on the smallest). Held out, 16 shapes drawn in the rule: the own tile
 // took 1.17x the matmul's time in geometric mean on each budget (0.81-1.53x; the
-// matmul behind only at 1775 x 23 x 43).
+// matmul behind only at 1775 x 23 x 43). Below 1 MFLOP, on the Intel host of family 6
+// model 207, paired, per call (bench/RESULTS.md, "Intel Xeon (family 6 model 207): small
+// `nt` keys below 1 MFLOP call the matmul"): on 39 shapes drawn with n of 17 to 128 and
+// m above 16, the matmul took 0.776x the own tile's time in geometric mean on one thread
+// with k of 48 or more or m of 64 or more (29 rows, 0.64-1.03x) and 0.804x on two (15
+// rows), level elsewhere (1.00x and 1.02x, 0.83-1.13x, at k of 19 to 43 and m of 19 to
+// 55). Held out, 16 shapes drawn in the rule, two runs: the own tile took 1.17x and 1.18x
+// the matmul's time on one thread, 1.18x on two (0.92-1.52x; behind at 300 x 30 x 18).
 inline constexpr int64_t kOnednnSmallNtMatmulMaxN = 128;
-inline constexpr double kOnednnSmallNtMatmulMinFlops = 1e6;
+inline constexpr int64_t kOnednnSmallNtMatmulMinK = 48;
+inline constexpr int64_t kOnednnSmallNtMatmulMinM = 64;
 bool OnednnSmallNtMatmulFits(const OpKey& key, const DeviceInfo& device);
 // Per-call keys of the large class on an AVX-512 host where oneDNN may use the thread
 // budget (one thread, or passive OpenMP waiting). Their default by threads:

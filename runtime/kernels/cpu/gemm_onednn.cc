@@ -240,7 +240,8 @@ bool OnednnSmallSgemmFits(const OpKey& key, const DeviceInfo& device) {
 bool OnednnSmallNtMatmulFits(const OpKey& key, const DeviceInfo& device) {
   return !key.constant_weights && !key.trans_a && key.trans_b && device.vendor == kCpuVendorIntel &&
          (device.isa & kIsaAvx512) != 0 && ShapeClassOf(key) == ShapeClass::kSmall &&
-         key.n() <= kOnednnSmallNtMatmulMaxN && key.Flops() >= kOnednnSmallNtMatmulMinFlops &&
+         key.n() <= kOnednnSmallNtMatmulMaxN &&
+         (key.k() >= kOnednnSmallNtMatmulMinK || key.m() >= kOnednnSmallNtMatmulMinM) &&
          OnednnThreadsSuffice(key, device);
 }
 
