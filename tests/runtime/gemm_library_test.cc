@@ -315,14 +315,14 @@ TEST(cpu_f32_gemm_openblas, ConcurrentCallers) {
 
 // ---- Their place in the table ----
 
-// Per-call `nn` keys of the small class on an AMD AVX-512 host below 1 MFLOP, where
-// OpenBLAS's core runs AVX-512 kernels: OpenBLAS (OpenblasTinyFits), written out here
-// from its rule.
+// Per-call `nn` keys of the small class on an AVX-512 host below 1 MFLOP (on an Intel
+// host with k below 128), where OpenBLAS's core runs AVX-512 kernels: OpenBLAS
+// (OpenblasTinyFits), written out here from its rule.
 bool TinyOpenblasRuleHolds(const OpKey& key, const DeviceInfo& d) {
 #ifdef CLIFFGUARD_WITH_OPENBLAS
   return !key.constant_weights && !key.trans_a && !key.trans_b && (d.isa & kIsaAvx512) &&
          ShapeClassOf(key) == ShapeClass::kSmall && 2.0 * key.m() * key.n() * key.k() < 1e6 &&
-         (cpu::OpenblasCoreIsa(cpu::OpenblasCore()) & kIsaAvx512);
+         (d.vendor != "GenuineIntel" || key.k() < 128) && (cpu::OpenblasCoreIsa(cpu::OpenblasCore()) & kIsaAvx512);
 #else
   return false;
 #endif
@@ -728,13 +728,15 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
 // SmallSgemmRuleHolds, oneDNN's matmul where SmallNtMatmulRuleHolds, else an own
 // kernel. Checked on the rule devices (and, under ctest's passive rerun, with oneDNN's
 // threads usable) on keys either side of 1 MFLOP, of the thread condition (128 x 128
-// x 128: 4.2 MFLOP, two own threads on a budget of two) and of the matmul's k and m.
+// x 128: 4.2 MFLOP, two own threads on a budget of two), of the matmul's k and m and of
+// OpenBLAS's k on Intel.
 TEST(CpuGemmTable, TheBuiltInDefaultOfSmallKeysFollowsTheMeasuredRule) {
   const bool onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr;
   if (!onednn) GTEST_SKIP() << "this build has no oneDNN variant";
   const std::array<int64_t, 3> shapes[] = {{49, 64, 64},   {196, 60, 128}, {30, 100, 90},   {17, 17, 17},
                                            {128, 128, 128}, {120, 48, 200}, {61, 64, 128}, {62, 64, 128},  // 0.999, 1.016 MFLOP
-                                           {40, 64, 47},    {40, 64, 48},   {63, 64, 32},  {64, 64, 32}};  // k and m bounds
+                                           {40, 64, 47},    {40, 64, 48},   {63, 64, 32},  {64, 64, 32},   // k and m bounds
+                                           {40, 64, 127},   {40, 64, 128}};  // OpenBLAS's k bound on Intel
   int sgemm = 0, matmul = 0;
   ForEveryRuleKey(shapes, ShapeClass::kSmall, [&](const OpKey& key, const DeviceInfo& d, const Schedule& s) {
     if (TinyOpenblasRuleHolds(key, d)) {

@@ -247,7 +247,7 @@ bool OnednnSmallSgemmFits(const OpKey& key, const DeviceInfo& device);
 // took 1.17x the matmul's time in geometric mean on each budget (0.81-1.53x; the
 // matmul behind only at 1775 x 23 x 43). Below 1 MFLOP, on the Intel host of family 6
 // model 207, paired, per call (bench/RESULTS.md, "Intel Xeon (family 6 model 207): small
-// `nt` keys below 1 MFLOP call the matmul"): on 39 shapes drawn with n of 17 to 128 and
+// keys below 1 MFLOP call oneDNN"): on 39 shapes drawn with n of 17 to 128 and
 // m above 16, the matmul took 0.776x the own tile's time in geometric mean on one thread
 // with k of 48 or more or m of 64 or more (29 rows, 0.64-1.03x) and 0.804x on two (15
 // rows), level elsewhere (1.00x and 1.02x, 0.83-1.13x, at k of 19 to 43 and m of 19 to
@@ -446,8 +446,14 @@ bool OpenblasPreferredDefault(const KernelVariant& v, const OpKey& key, const De
 // bench/RESULTS.md, "per-call small nn keys call dnnl_sgemm"); from 1 to 2 MFLOP the
 // two were level, above 2 MFLOP dnnl_sgemm was ahead of OpenBLAS's one thread (which
 // took 1.15-1.25x its time; OpenBLAS on two threads took 0.77-0.97x there, left to
-// the tuner).
+// the tuner). On an Intel host only keys with k below kOpenblasTinyIntelMaxK: on the
+// Intel Xeon of family 6 model 207, paired, per call, on drawn shapes of the class
+// below 1 MFLOP, dnnl_sgemm on one thread took 0.906x OpenBLAS's time in geometric
+// mean with k of 128 or more (18 rows, 0.79-1.05x; 0.893x on a two-thread budget, 14
+// rows) and 1.073x below (30 rows, 0.90-1.23x; bench/RESULTS.md, "Intel Xeon (family 6
+// model 207): small keys below 1 MFLOP call oneDNN").
 inline constexpr double kOpenblasTinyMaxFlops = 1e6;
+inline constexpr int64_t kOpenblasTinyIntelMaxK = 127;
 bool OpenblasTinyFits(const OpKey& key, const DeviceInfo& device);
 // candidates: ThreadCountCandidates, the fitted count first.
 std::vector<ParamValues> OpenblasCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);

@@ -150,6 +150,7 @@ bool OpenblasPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, cons
 
 bool OpenblasTinyFits(const OpKey& key, const DeviceInfo& device) {
   return PerCallSmallNnOnAvx512(key, device) && key.Flops() < kOpenblasTinyMaxFlops &&
+         (device.vendor != kCpuVendorIntel || key.k() <= kOpenblasTinyIntelMaxK) &&
          (OpenblasCoreIsa(OpenblasCore()) & kIsaAvx512) != 0;
 }
 
