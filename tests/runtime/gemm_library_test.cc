@@ -618,6 +618,18 @@ bool SkinnySgemmRuleHolds(const OpKey& key, const DeviceInfo& d) {
   return row_bytes % 4096 > 128 && row_bytes % 4096 < 4096 - 128;
 }
 
+// The keys of SkinnySgemmRuleHolds on an Intel host where oneDNN takes defaults, with
+// k of at most 63 and m*n*k below 2^15, where OpenBLAS's core runs AVX-512 kernels:
+// OpenBLAS on one thread (OpenblasTinyFits), written out here from its rule.
+bool TinySkinnyOpenblasRuleHolds(const OpKey& key, const DeviceInfo& d) {
+#ifdef CLIFFGUARD_WITH_OPENBLAS
+  return d.vendor == "GenuineIntel" && key.k() <= 63 && 2.0 * key.m() * key.n() * key.k() < 65536 &&
+         (cpu::OpenblasCoreIsa(cpu::OpenblasCore()) & kIsaAvx512) && SkinnySgemmRuleHolds(key, d);
+#else
+  return false;
+#endif
+}
+
 // Per-call `nt` decode steps (A as stored) of 5 to 16 tokens with n above 16 and k of
 // at most 64 on an Intel AVX-512 host run the own 8x32 tile (GemmShallowNtDecodeHolds),
 // on any thread budget, with or without the library variants; other per-call `nt`
@@ -660,7 +672,8 @@ bool SkinnyNtSgemmRuleHolds(const OpKey& key, const DeviceInfo& d) {
 // per-call weights, for weights narrower than 17 columns and for little work
 // (m*n*k <= 2^21). Constant weights with m <= 8 (AVX2: 6) and n of a vector or more
 // run the small-m kernels on packed panels, on every host with AVX2. Per-call keys:
-// dnnl_sgemm where SkinnySgemmRuleHolds (nn) or SkinnyNtSgemmRuleHolds (nt).
+// dnnl_sgemm where SkinnySgemmRuleHolds (nn) or SkinnyNtSgemmRuleHolds (nt), but
+// OpenBLAS on one thread where TinySkinnyOpenblasRuleHolds.
 TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
   const bool onednn = FindKernelVariant("cpu_f32_gemm_onednn") != nullptr;
   if (!onednn) GTEST_SKIP() << "this build has no oneDNN variant";
@@ -686,8 +699,10 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
                         {7, 717, 342, 0, 0},     {7, 768, 341, 0, 0},   {7, 768, 342, 0, 0},  // B either side of 1 MiB
                         {6, 769, 300, 0, 0},  // rows of B over 3 KiB
                         {2, 345, 676, 0, 0},     {3, 79, 76, 0, 0},     {3, 16, 4096, 0, 0},
-                        {2, 17, 4096, 0, 0}};  // 2 and 3 tokens, n either side of the tall kernels
-  int nt_sgemm = 0;
+                        {2, 17, 4096, 0, 0},  // 2 and 3 tokens, n either side of the tall kernels
+                        {14, 27, 63, 0, 0},      {8, 26, 64, 0, 0},     {10, 103, 31, 0, 0},
+                        {10, 104, 32, 0, 0}};  // OpenBLAS's k and work
+  int nt_sgemm = 0, tiny = 0;
   for (const DeviceInfo& d : RuleDevices())
     for (const Case& c : cases)
       for (bool trans_b : {false, true})
@@ -702,9 +717,15 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
                                  c.m <= 14 && c.n >= 32;
           const bool want_onednn = !one_panel && c.min_threads <= d.threads && d.threads <= c.max_threads &&
                                    OnednnRuleHolds(key, d);
-          const bool want_sgemm = SkinnySgemmRuleHolds(key, d) || SkinnyNtSgemmRuleHolds(key, d);
+          const bool want_openblas = TinySkinnyOpenblasRuleHolds(key, d);
+          const bool want_sgemm =
+              (SkinnySgemmRuleHolds(key, d) && !want_openblas) || SkinnyNtSgemmRuleHolds(key, d);
           nt_sgemm += SkinnyNtSgemmRuleHolds(key, d);
-          if (want_onednn || want_sgemm) {
+          tiny += want_openblas;
+          if (want_openblas) {
+            EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_openblas") << s->ToString();
+            EXPECT_EQ(s->params[s->variant->ParamIndex("threads")], 1) << s->ToString();
+          } else if (want_onednn || want_sgemm) {
             EXPECT_STREQ(s->variant->name, "cpu_f32_gemm_onednn") << s->ToString();
             EXPECT_EQ(s->params[s->variant->ParamIndex("reorder_b")], want_onednn ? 1 : 0) << s->ToString();
             EXPECT_EQ(s->params[s->variant->ParamIndex("api")], want_sgemm ? 1 : 0) << s->ToString();
@@ -721,6 +742,10 @@ TEST(CpuGemmTable, TheBuiltInDefaultOfDecodeKeysFollowsTheMeasuredRule) {
               << s->ToString();
         }
   if ((Host().isa & kIsaAvx512) != 0) EXPECT_GT(nt_sgemm, 0);  // the AMD view of the host's one-thread budget
+#ifdef CLIFFGUARD_WITH_OPENBLAS
+  if ((Host().isa & kIsaAvx512) != 0 && (cpu::OpenblasCoreIsa(cpu::OpenblasCore()) & kIsaAvx512))
+    EXPECT_GT(tiny, 0);  // the Intel view of the host's one-thread budget
+#endif
 }
 
 // Small keys (m and n above 16, m*n*k at most 2^21): OpenBLAS on one thread where

@@ -364,6 +364,9 @@ inline constexpr int64_t kOwnTileAliasedRowsMaxM = 31;
 inline constexpr int64_t kOwnTileIntelMaxM = 31;
 inline constexpr int64_t kOwnTileIntelAliasedRowsMaxM = 64;
 inline constexpr int kIntelEmeraldRapidsModel = 207;
+// Where oneDNN takes per-call defaults at all: an AVX-512 host where it may use the
+// thread budget (one thread, or passive OpenMP waiting; OnednnPreferredDefault).
+bool OnednnMayTakeDefaults(const DeviceInfo& device);
 bool PerCallLargeOnAvx512(const OpKey& key, const DeviceInfo& device);
 bool OnednnThreadsSuffice(const OpKey& key, const DeviceInfo& device);
 // Where PerCallLargeOnAvx512, the keys of the own packed tile (the cases above).
@@ -446,14 +449,24 @@ bool OpenblasPreferredDefault(const KernelVariant& v, const OpKey& key, const De
 // bench/RESULTS.md, "per-call small nn keys call dnnl_sgemm"); from 1 to 2 MFLOP the
 // two were level, above 2 MFLOP dnnl_sgemm was ahead of OpenBLAS's one thread (which
 // took 1.15-1.25x its time; OpenBLAS on two threads took 0.77-0.97x there, left to
-// the tuner). On an Intel host only keys with k below kOpenblasTinyIntelMaxK: on the
+// the tuner). On an Intel host only keys with k of at most kOpenblasTinyIntelMaxK: on the
 // Intel Xeon of family 6 model 207, paired, per call, on drawn shapes of the class
 // below 1 MFLOP, dnnl_sgemm on one thread took 0.906x OpenBLAS's time in geometric
 // mean with k of 128 or more (18 rows, 0.79-1.05x; 0.893x on a two-thread budget, 14
 // rows) and 1.073x below (30 rows, 0.90-1.23x; bench/RESULTS.md, "Intel Xeon (family 6
 // model 207): small keys below 1 MFLOP call oneDNN").
+// And on an Intel host, the per-call `nn` keys of OnednnSkinnySgemmFits where oneDNN
+// takes defaults (OnednnMayTakeDefaults) with k of at most kOpenblasTinySkinnyMaxK
+// and less than kOpenblasTinySkinnyMaxFlops of work (decode-size m of 5 to 16 with
+// narrow rows of B). On the family 6 model 207 Xeon, paired, per call, on 24 shapes
+// drawn with m of 5 to 16 below 130 kFLOP, OpenBLAS on one thread took 0.773x
+// dnnl_sgemm's time in geometric mean on those keys (0.56-0.97x, 12 shapes on 1 and 2
+// threads) and 1.097x on the others (0.91-1.34x; bench/RESULTS.md, "Intel Xeon (family
+// 6 model 207): small keys below 1 MFLOP call oneDNN").
 inline constexpr double kOpenblasTinyMaxFlops = 1e6;
 inline constexpr int64_t kOpenblasTinyIntelMaxK = 127;
+inline constexpr double kOpenblasTinySkinnyMaxFlops = 65536;
+inline constexpr int64_t kOpenblasTinySkinnyMaxK = 63;
 bool OpenblasTinyFits(const OpKey& key, const DeviceInfo& device);
 // candidates: ThreadCountCandidates, the fitted count first.
 std::vector<ParamValues> OpenblasCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);

@@ -281,8 +281,7 @@ bool OnednnSkinnyNtSgemmFits(const OpKey& key, const DeviceInfo& device) {
 }
 
 bool PerCallLargeOnAvx512(const OpKey& key, const DeviceInfo& device) {
-  return !key.constant_weights && (device.isa & kIsaAvx512) != 0 &&
-         (device.threads == 1 || onednn::OmpWaitsPassively()) && ShapeClassOf(key) == ShapeClass::kLarge;
+  return !key.constant_weights && OnednnMayTakeDefaults(device) && ShapeClassOf(key) == ShapeClass::kLarge;
 }
 
 bool OnednnThreadsSuffice(const OpKey& key, const DeviceInfo& device) {
@@ -308,8 +307,15 @@ bool PerCallOwnTile(const OpKey& key, const DeviceInfo& device) {
   return key.m() <= kOwnTileIntelMaxM || (key.m() <= kOwnTileIntelAliasedRowsMaxM && RowAliasOffset(key) == 0);
 }
 
+bool OnednnMayTakeDefaults(const DeviceInfo& device) {
+  return (device.isa & kIsaAvx512) != 0 && (device.threads == 1 || onednn::OmpWaitsPassively());
+}
+
 bool OnednnPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
-  if ((device.isa & kIsaAvx512) == 0 || !(device.threads == 1 || onednn::OmpWaitsPassively())) return false;
+  if (!OnednnMayTakeDefaults(device)) return false;
+#ifdef CLIFFGUARD_WITH_OPENBLAS
+  if (OpenblasTinyFits(key, device)) return false;
+#endif
   if (!key.constant_weights)
     return OnednnSkinnySgemmFits(key, device) || OnednnSkinnyNtSgemmFits(key, device) ||
            OnednnSmallSgemmFits(key, device) || OnednnSmallNtMatmulFits(key, device) ||

@@ -149,9 +149,15 @@ bool OpenblasPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, cons
 }
 
 bool OpenblasTinyFits(const OpKey& key, const DeviceInfo& device) {
-  return PerCallSmallNnOnAvx512(key, device) && key.Flops() < kOpenblasTinyMaxFlops &&
-         (device.vendor != kCpuVendorIntel || key.k() <= kOpenblasTinyIntelMaxK) &&
-         (OpenblasCoreIsa(OpenblasCore()) & kIsaAvx512) != 0;
+  if ((OpenblasCoreIsa(OpenblasCore()) & kIsaAvx512) == 0) return false;
+  if (PerCallSmallNnOnAvx512(key, device))
+    return key.Flops() < kOpenblasTinyMaxFlops && (device.vendor != kCpuVendorIntel || key.k() <= kOpenblasTinyIntelMaxK);
+#ifdef CLIFFGUARD_WITH_ONEDNN
+  return device.vendor == kCpuVendorIntel && key.k() <= kOpenblasTinySkinnyMaxK &&
+         key.Flops() < kOpenblasTinySkinnyMaxFlops && OnednnMayTakeDefaults(device) && OnednnSkinnySgemmFits(key, device);
+#else
+  return false;
+#endif
 }
 
 std::vector<ParamValues> OpenblasCandidates(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
