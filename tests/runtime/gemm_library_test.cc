@@ -618,13 +618,18 @@ bool SkinnySgemmRuleHolds(const OpKey& key, const DeviceInfo& d) {
   return row_bytes % 4096 > 128 && row_bytes % 4096 < 4096 - 128;
 }
 
-// The keys of SkinnySgemmRuleHolds on an Intel host where oneDNN takes defaults, with
-// k of at most 63 and m*n*k below 2^15, where OpenBLAS's core runs AVX-512 kernels:
-// OpenBLAS on one thread (OpenblasTinyFits), written out here from its rule.
+// Where OpenBLAS's core runs AVX-512 kernels, on an Intel host: the keys of
+// SkinnySgemmRuleHolds with k of at most 63 and m*n*k below 2^15, and per-call `nt`
+// decode steps of 5 to 16 tokens (A as stored) with n above 16, k of 32 to 64 and
+// less than 100 kFLOP: OpenBLAS on one thread (OpenblasTinyFits), written out here
+// from its rule.
 bool TinySkinnyOpenblasRuleHolds(const OpKey& key, const DeviceInfo& d) {
 #ifdef CLIFFGUARD_WITH_OPENBLAS
-  return d.vendor == "GenuineIntel" && key.k() <= 63 && 2.0 * key.m() * key.n() * key.k() < 65536 &&
-         (cpu::OpenblasCoreIsa(cpu::OpenblasCore()) & kIsaAvx512) && SkinnySgemmRuleHolds(key, d);
+  if (d.vendor != "GenuineIntel" || !(cpu::OpenblasCoreIsa(cpu::OpenblasCore()) & kIsaAvx512)) return false;
+  const double flops = 2.0 * key.m() * key.n() * key.k();
+  if (!key.trans_b) return key.k() <= 63 && flops < 65536 && SkinnySgemmRuleHolds(key, d);
+  return (d.isa & kIsaAvx512) && !key.constant_weights && !key.trans_a && key.m() >= 5 && key.m() <= 16 &&
+         key.n() > 16 && key.k() >= 32 && key.k() <= 64 && flops < 1e5;
 #else
   return false;
 #endif
@@ -632,23 +637,35 @@ bool TinySkinnyOpenblasRuleHolds(const OpKey& key, const DeviceInfo& d) {
 
 // Per-call `nt` decode steps (A as stored) of 5 to 16 tokens with n above 16 and k of
 // at most 64 on an Intel AVX-512 host run the own 8x32 tile (GemmShallowNtDecodeHolds),
-// on any thread budget, with or without the library variants; other per-call `nt`
-// decode keys do not (`nn` ones of 5 to 16 tokens run the tile or oneDNN by other
-// rules). Written out here from its rule.
+// on any thread budget, with or without the library variants, except that OpenBLAS
+// takes those with k of 32 or more and less than 100 kFLOP where its core runs
+// AVX-512 kernels (OpenblasTinyFits); other per-call `nt` decode keys do not (`nn`
+// ones of 5 to 16 tokens run the tile or oneDNN by other rules). Written out here from
+// its rule.
 TEST(CpuGemmTable, ShallowNtDecodeStepsRunTheOwnTile) {
-  const std::array<int64_t, 3> shapes[] = {{12, 1303, 64}, {12, 1303, 65}, {5, 600, 30}, {4, 600, 30},
-                                           {16, 17, 30},   {16, 16, 30},   {9, 11567, 34}, {16, 4592, 16}};
-  int own = 0;
+  const std::array<int64_t, 3> shapes[] = {{12, 1303, 64}, {12, 1303, 65}, {5, 600, 30},  {4, 600, 30},
+                                           {16, 17, 30},   {16, 16, 30},   {9, 11567, 34}, {16, 4592, 16},
+                                           {16, 17, 32},   {12, 64, 64},   {12, 66, 64}};  // OpenBLAS's k and work
+  int own = 0, openblas = 0;
   ForEveryRuleKey(shapes, ShapeClass::kSkinny, [&](const OpKey& key, const DeviceInfo& d, const Schedule& s) {
     const bool holds = !key.constant_weights && !key.trans_a && key.trans_b && d.vendor == "GenuineIntel" &&
                        (d.isa & kIsaAvx512) && key.m() >= 5 && key.n() > 16 && key.k() <= 64;
-    own += holds;
-    if (holds)
+    const bool tiny = TinySkinnyOpenblasRuleHolds(key, d);
+    own += holds && !tiny;
+    openblas += tiny;
+    if (tiny) {
+      EXPECT_STREQ(s.variant->name, "cpu_f32_gemm_openblas") << s.ToString();
+      EXPECT_EQ(s.params[s.variant->ParamIndex("threads")], 1) << s.ToString();
+    } else if (holds) {
       EXPECT_STREQ(s.variant->name, "cpu_f32_gemm_8x32__avx512") << s.ToString();
-    else if (!key.constant_weights && key.trans_b)
+    } else if (!key.constant_weights && key.trans_b) {
       EXPECT_STRNE(s.variant->name, "cpu_f32_gemm_8x32__avx512") << s.ToString();
+    }
   });
   if (Host().isa & kIsaAvx512) EXPECT_GT(own, 0);
+#ifdef CLIFFGUARD_WITH_OPENBLAS
+  if ((Host().isa & kIsaAvx512) && (cpu::OpenblasCoreIsa(cpu::OpenblasCore()) & kIsaAvx512)) EXPECT_GT(openblas, 0);
+#endif
 }
 
 // Per-call `nt` decode steps of 5 to 12 tokens on an AMD AVX-512 host on one thread,

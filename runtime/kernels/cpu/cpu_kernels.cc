@@ -245,6 +245,9 @@ bool GemmShallowNtDecodeHolds(const OpKey& key, const DeviceInfo& device) {
 
 bool GemmPreferredDefault(const KernelVariant& v, const OpKey& key, const DeviceInfo& device) {
   if (v.isa != kIsaAvx512 || (device.isa & kIsaAvx512) == 0) return false;
+#ifdef CLIFFGUARD_WITH_OPENBLAS
+  if (OpenblasTinyFits(key, device)) return false;
+#endif
   if (GemmShallowNtDecodeHolds(key, device)) return v.config.gemm == kGemmDefaultTile;
 #ifdef CLIFFGUARD_WITH_ONEDNN
   if (!key.constant_weights) return PerCallOwnTile(key, device);

@@ -467,6 +467,15 @@ inline constexpr double kOpenblasTinyMaxFlops = 1e6;
 inline constexpr int64_t kOpenblasTinyIntelMaxK = 127;
 inline constexpr double kOpenblasTinySkinnyMaxFlops = 65536;
 inline constexpr int64_t kOpenblasTinySkinnyMaxK = 63;
+// And the `nt` keys of GemmShallowNtDecodeHolds (the own 8x32 tile's decode steps on
+// an Intel host) with k of kOpenblasTinyNtMinK or more and less than
+// kOpenblasTinyNtMaxFlops of work. On the family 6 model 207 Xeon, paired, per call,
+// on 37 shapes drawn with m of 5 to 16: OpenBLAS on one thread took 0.848x the tile's
+// time in geometric mean on those keys (26 shapes on 1 and 2 threads, 0.66-1.19x) and
+// 1.291x on the others (k below 32, or from 119 kFLOP; 1.03-2.21x; bench/RESULTS.md,
+// "Intel Xeon (family 6 model 207): small keys below 1 MFLOP call oneDNN").
+inline constexpr int64_t kOpenblasTinyNtMinK = 32;
+inline constexpr double kOpenblasTinyNtMaxFlops = 1e5;
 bool OpenblasTinyFits(const OpKey& key, const DeviceInfo& device);
 // candidates: ThreadCountCandidates, the fitted count first.
 std::vector<ParamValues> OpenblasCandidates(const KernelVariant& v, const OpKey& key, const DeviceInfo& device);

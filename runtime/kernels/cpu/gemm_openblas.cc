@@ -152,6 +152,8 @@ bool OpenblasTinyFits(const OpKey& key, const DeviceInfo& device) {
   if ((OpenblasCoreIsa(OpenblasCore()) & kIsaAvx512) == 0) return false;
   if (PerCallSmallNnOnAvx512(key, device))
     return key.Flops() < kOpenblasTinyMaxFlops && (device.vendor != kCpuVendorIntel || key.k() <= kOpenblasTinyIntelMaxK);
+  if (GemmShallowNtDecodeHolds(key, device))
+    return key.k() >= kOpenblasTinyNtMinK && key.Flops() < kOpenblasTinyNtMaxFlops;
 #ifdef CLIFFGUARD_WITH_ONEDNN
   return device.vendor == kCpuVendorIntel && key.k() <= kOpenblasTinySkinnyMaxK &&
          key.Flops() < kOpenblasTinySkinnyMaxFlops && OnednnMayTakeDefaults(device) && OnednnSkinnySgemmFits(key, device);

@@ -345,7 +345,8 @@ bool GemmDeepKDefaultHolds(const OpKey& key, const DeviceInfo& device);
 // shapes drawn in the rule, two runs: the small-m kernel took 1.40x and 1.41x the
 // tile's time in geometric mean on one thread, 1.38x and 1.36x on two (0.97-2.58x;
 // bench/RESULTS.md, "Intel Xeon ...: shallow `nt` decode steps run the own tile").
-// AMD hosts keep the small-m kernel (not measured there).
+// AMD hosts keep the small-m kernel (not measured there). The smallest of these keys
+// call OpenBLAS instead where it is built (OpenblasTinyFits, gemm_library.h).
 inline constexpr int64_t kGemmShallowNtDecodeMinM = 5;
 inline constexpr int64_t kGemmShallowNtDecodeMaxK = 64;
 bool GemmShallowNtDecodeHolds(const OpKey& key, const DeviceInfo& device);
