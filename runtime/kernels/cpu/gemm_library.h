@@ -230,7 +230,8 @@ bool OnednnSkinnyNtSgemmFits(const OpKey& key, const DeviceInfo& device);
 // On the Intel host (12 shapes drawn, 23 such rows): 1.14x in geometric mean on both
 // budgets, 0.93-1.26x (bench/RESULTS.md, "Intel Xeon ...: per-call keys call oneDNN").
 // Below kOpenblasTinyMaxFlops OpenBLAS takes them instead where its core runs AVX-512
-// kernels (OpenblasTinyFits).
+// kernels (OpenblasTinyFits; on an Intel host those with k of at most
+// kOpenblasTinyIntelMaxK).
 bool OnednnSmallSgemmFits(const OpKey& key, const DeviceInfo& device);
 // Per-call `nt` keys of the small class on an Intel AVX-512 host with n of at most
 // kOnednnSmallNtMatmulMaxN and k of kOnednnSmallNtMatmulMinK or more or m of
