@@ -573,9 +573,7 @@ double g_max_cpu_wait = 0.10;
 
 double Quantile(std::vector<double> v, double f) {
   std::sort(v.begin(), v.end());
-  const double pos = f * double(v.size() - 1);
-  const size_t lo = size_t(pos), hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (pos - double(lo)) * (v[hi] - v[lo]);
+  return tuner::Quantile(v, f);
 }
 
 // The machine's bounds as paired rows, timed in the same rounds as the shape's rows:
@@ -643,8 +641,8 @@ void TimePaired(benchmark::State& st, const Shape& s, const OpKey& key, const De
     }
   }
   st.counters["cpu_wait"] = Quantile(round_wait, 0.5);
-  st.counters["busy_rounds"] =
-      double(std::count_if(round_wait.begin(), round_wait.end(), [](double w) { return w > g_max_cpu_wait; }));
+  st.counters["busy_rounds"] = double(
+      std::count_if(round_wait.begin(), round_wait.end(), [](double w) { return bench::RoundBusy(w, g_max_cpu_wait); }));
   for (size_t j = shape_rows; j < rows.size(); ++j) {
     const BoundRow& b = bounds[j - shape_rows];
     st.counters[b.counter] = b.work * 1e-9 / Quantile(secs[j], 0.5);

@@ -15,6 +15,10 @@
 
 namespace cliffguard::bench {
 
+// A round that lost more than max_cpu_wait of its time to other work (-1, not
+// measured, is not busy).
+inline bool RoundBusy(double cpu_wait, double max_cpu_wait) { return cpu_wait > max_cpu_wait; }
+
 struct PairedVerdict {
   bool judged = false;
   size_t quiet_rounds = 0;
@@ -27,7 +31,7 @@ inline PairedVerdict JudgePaired(const std::vector<double>& tuned_s, const std::
   PairedVerdict v;
   std::vector<double> ratio;
   for (size_t r = 0; r < tuned_s.size() && r < default_s.size() && r < round_wait.size(); ++r)
-    if (!(round_wait[r] > max_cpu_wait)) ratio.push_back(tuned_s[r] / default_s[r]);
+    if (!RoundBusy(round_wait[r], max_cpu_wait)) ratio.push_back(tuned_s[r] / default_s[r]);
   v.quiet_rounds = ratio.size();
   if (ratio.size() < std::max<size_t>(3, (round_wait.size() + 1) / 2)) return v;
   std::sort(ratio.begin(), ratio.end());

@@ -149,17 +149,18 @@ bool OpenblasPreferredDefault(const KernelVariant& /*v*/, const OpKey& key, cons
 }
 
 bool OpenblasTinyFits(const OpKey& key, const DeviceInfo& device) {
-  if ((OpenblasCoreIsa(OpenblasCore()) & kIsaAvx512) == 0) return false;
+  bool tiny = false;
   if (PerCallSmallNnOnAvx512(key, device))
-    return key.Flops() < kOpenblasTinyMaxFlops && (device.vendor != kCpuVendorIntel || key.k() <= kOpenblasTinyIntelMaxK);
-  if (GemmShallowNtDecodeHolds(key, device))
-    return key.k() >= kOpenblasTinyNtMinK && key.Flops() < kOpenblasTinyNtMaxFlops;
+    tiny = key.Flops() < kOpenblasTinyMaxFlops && (device.vendor != kCpuVendorIntel || key.k() <= kOpenblasTinyIntelMaxK);
+  else if (GemmShallowNtDecodeHolds(key, device))
+    tiny = key.k() >= kOpenblasTinyNtMinK && key.Flops() < kOpenblasTinyNtMaxFlops;
 #ifdef CLIFFGUARD_WITH_ONEDNN
-  return device.vendor == kCpuVendorIntel && key.k() <= kOpenblasTinySkinnyMaxK &&
-         key.Flops() < kOpenblasTinySkinnyMaxFlops && OnednnMayTakeDefaults(device) && OnednnSkinnySgemmFits(key, device);
-#else
-  return false;
+  else
+    tiny = device.vendor == kCpuVendorIntel && key.k() <= kOpenblasTinySkinnyMaxK &&
+           key.Flops() < kOpenblasTinySkinnyMaxFlops && OnednnMayTakeDefaults(device) &&
+           OnednnSkinnySgemmFits(key, device);
 #endif
+  return tiny && (OpenblasCoreIsa(OpenblasCore()) & kIsaAvx512) != 0;  // the library call last
 }
 
 std::vector<ParamValues> OpenblasCandidates(const KernelVariant& /*v*/, const OpKey& key, const DeviceInfo& device) {
